@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian packages roamguard's tests use, only when something is missing.
+# --no-install-recommends matters: without it wireguard-tools pulls in a kernel and systemd.
+set -euo pipefail
+
+# command-or-file  package
+needs=(
+  "wireguard-go   wireguard-go"
+  "wg             wireguard-tools"
+  "wg-quick       wireguard-tools"
+  "iperf3         iperf3"
+  "nft            nftables"
+  "ip             iproute2"
+  "ping           iputils-ping"
+  "/usr/lib/x86_64-linux-gnu/libsodium.so.23 libsodium23"
+)
+
+missing=()
+for line in "${needs[@]}"; do
+  read -r what pkg <<<"$line"
+  if [[ $what == /* ]]; then
+    [[ -e $what ]] || compgen -G "/usr/lib/*/libsodium.so.23" >/dev/null || missing+=("$pkg")
+  else
+    command -v "$what" >/dev/null 2>&1 || [[ -x /usr/sbin/$what || -x /sbin/$what ]] || missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-system-deps: missing Debian packages: ${missing[*]} (run as root to install them)" >&2
+  exit 1
+fi
+echo "install-system-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
