@@ -51,6 +51,7 @@ function parseIpv6(text: string): Uint8Array {
 export function formatIp(bytes: Uint8Array): string {
   if (bytes.length === 4) return `${bytes[0]}.${bytes[1]}.${bytes[2]}.${bytes[3]}`;
   if (bytes.length !== 16) throw new Error(`an IP address has 4 or 16 bytes, got ${bytes.length}`);
+  if (isIpv4Mapped(bytes)) return `::ffff:${bytes[12]}.${bytes[13]}.${bytes[14]}.${bytes[15]}`;
   const words: number[] = [];
   for (let i = 0; i < 16; i += 2) words.push((bytes[i] << 8) | bytes[i + 1]);
   let bestStart = -1, bestLen = 0;
@@ -64,6 +65,13 @@ export function formatIp(bytes: Uint8Array): string {
   const hex = (ws: number[]) => ws.map((w) => w.toString(16)).join(':');
   if (bestStart < 0) return hex(words);
   return `${hex(words.slice(0, bestStart))}::${hex(words.slice(bestStart + bestLen))}`;
+}
+
+/** ::ffff:a.b.c.d — an IPv4 address seen through a dual-stack IPv6 socket. */
+export function isIpv4Mapped(bytes: Uint8Array): boolean {
+  if (bytes.length !== 16 || bytes[10] !== 0xff || bytes[11] !== 0xff) return false;
+  for (let i = 0; i < 10; i++) if (bytes[i] !== 0) return false;
+  return true;
 }
 
 export function familyOf(bytes: Uint8Array): IpFamily {
@@ -97,6 +105,9 @@ export function formatPrefix(prefix: Prefix): string {
 
 /** A copy of `address` with every bit after the first `bits` cleared. */
 export function maskAddress(address: Uint8Array, bits: number): Uint8Array {
+  if (!Number.isInteger(bits) || bits < 0 || bits > address.length * 8) {
+    throw new RangeError(`prefix length ${bits} is out of range for a ${address.length * 8}-bit address`);
+  }
   const out = Uint8Array.from(address);
   for (let i = 0; i < out.length; i++) {
     const keep = Math.max(0, Math.min(8, bits - i * 8));

@@ -1,0 +1,366 @@
+/**
+ * WireGuardCore: a whole WireGuard device without I/O.
+ *
+ * Bytes in, bytes out: the caller feeds outbound IP packets (`sendPacket`), inbound UDP datagrams
+ * with their source (`receiveDatagram`) and the passing of time (`tick`); datagrams to send and
+ * packets to deliver come out through `CoreOutputs`. Time comes from an injected Clock. The core
+ * never throws on input from the network: every rejected datagram is counted in `drops`.
+ *
+ * The daemon (device/) wraps this with a TUN device, UDP sockets and a crypto worker pool; the
+ * tests drive it directly, two cores back to back in memory.
+ */
+import { AllowedIps } from './allowedips/allowedips.ts';
+import { systemClock, type Clock } from './clock.ts';
+import {
+  DEFAULT_MTU, MAX_CONTENT_SIZE, PRODUCTION_TIMINGS, REJECT_AFTER_MESSAGES_SAFE, UNDER_LOAD_AFTER_TIME,
+  UNDER_LOAD_QUEUE_LENGTH, type Timings,
+} from './constants.ts';
+import type { Crypto } from './crypto/primitives.ts';
+import { DropCounters } from './drop-counters.ts';
+import { parsePrefix } from './net/ip.ts';
+import type { Endpoint } from './net/endpoint.ts';
+import { CookieChecker } from './noise/cookie.ts';
+import { clampPrivateKey, constantTimeEqual, isZeroKey, keyToHex } from './noise/keys.ts';
+import {
+  MESSAGE_COOKIE_REPLY, MESSAGE_INITIATION, MESSAGE_RESPONSE, RESPONSE, TRANSPORT, TRANSPORT_HEADER_SIZE,
+  classifyMessage, innerPacketLength, readCounter, readU32,
+} from './noise/messages.ts';
+import { consumeInitiation, consumeResponse, type NoiseIdentity } from './noise/noise-protocol.ts';
+import { RateLimiter } from './noise/ratelimiter.ts';
+import { IndexTable } from './session/index-table.ts';
+import { Peer, type CoreOutputs, type PeerHost, type PeerOptions } from './session/peer.ts';
+import { TRANSPORT_OVERHEAD, openTransport } from './session/transport.ts';
+
+export { Peer, type CoreOutputs } from './session/peer.ts';
+
+export interface CoreOptions {
+  crypto: Crypto;
+  outputs: CoreOutputs;
+  clock?: Clock;
+  /** 32 bytes; clamped on use. May be set later with setPrivateKey. */
+  privateKey?: Uint8Array;
+  /** The tunnel MTU: padding never goes past it. */
+  mtu?: number;
+  /** Shortened timers for tests; production code leaves this unset. */
+  timings?: Partial<Timings>;
+}
+
+export interface AddPeerOptions extends PeerOptions {
+  /** CIDR strings such as "10.0.0.2/32" or "fd00::/64". */
+  allowedIps?: string[];
+}
+
+export class WireGuardCore implements PeerHost {
+  readonly crypto: Crypto;
+  readonly clock: Clock;
+  readonly timings: Timings;
+  readonly outputs: CoreOutputs;
+  readonly drops = new DropCounters();
+  readonly indexTable: IndexTable<Peer>;
+  readonly allowedIps = new AllowedIps<Peer>();
+  readonly rateLimiter = new RateLimiter();
+  readonly sendBuffer = new Uint8Array(MAX_CONTENT_SIZE + TRANSPORT_OVERHEAD);
+  private readonly receiveBuffer = new Uint8Array(65536);
+  mtu: number;
+  /** False while the device is down: peers do not start keepalives. */
+  up = true;
+
+  private privateKey: Uint8Array | undefined;
+  private publicKey: Uint8Array | undefined;
+  private cookieChecker: CookieChecker | undefined;
+  private readonly peersByKey = new Map<string, Peer>();
+  private underLoadUntil = -Infinity;
+
+  constructor(options: CoreOptions) {
+    this.crypto = options.crypto;
+    this.outputs = options.outputs;
+    this.clock = options.clock ?? systemClock;
+    this.timings = { ...PRODUCTION_TIMINGS, ...options.timings };
+    this.mtu = options.mtu ?? DEFAULT_MTU;
+    this.indexTable = new IndexTable<Peer>(() => {
+      const b = this.crypto.randomBytes(4);
+      return (b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24)) >>> 0;
+    });
+    if (options.privateKey) this.setPrivateKey(options.privateKey);
+  }
+
+  // --- Configuration ---
+
+  get identity(): NoiseIdentity {
+    return { crypto: this.crypto, staticPrivate: this.privateKey, staticPublic: this.publicKey };
+  }
+
+  get ourPublicKey(): Uint8Array | undefined {
+    return this.publicKey;
+  }
+
+  get ourPrivateKey(): Uint8Array | undefined {
+    return this.privateKey;
+  }
+
+  /**
+   * Sets (or, with all zeros, clears) our static private key. Peers whose public key equals our
+   * new public key are removed, and every existing session ends.
+   */
+  setPrivateKey(key: Uint8Array): void {
+    if (key.length !== 32) throw new Error(`a private key has 32 bytes, got ${key.length}`);
+    if (isZeroKey(key)) {
+      this.privateKey = undefined;
+      this.publicKey = undefined;
+      this.cookieChecker = undefined;
+    } else {
+      this.privateKey = clampPrivateKey(key);
+      this.publicKey = this.crypto.publicKey(this.privateKey);
+      this.cookieChecker = new CookieChecker(this.crypto, this.publicKey, this.timings.cookieRefreshTime);
+      const self = this.peersByKey.get(keyToHex(this.publicKey));
+      if (self) this.removePeer(self.publicKey);
+    }
+    for (const peer of this.peersByKey.values()) peer.identityChanged();
+  }
+
+  /** Adds a peer (keyed by public key). Throws if the key is malformed or is our own. */
+  addPeer(publicKey: Uint8Array, options: AddPeerOptions = {}): Peer {
+    if (publicKey.length !== 32) throw new Error(`a peer public key has 32 bytes, got ${publicKey.length}`);
+    if (this.publicKey && constantTimeEqual(publicKey, this.publicKey)) {
+      throw new Error('a peer cannot have our own public key');
+    }
+    const id = keyToHex(publicKey);
+    if (this.peersByKey.has(id)) throw new Error('a peer with this public key exists already');
+    const prefixes = (options.allowedIps ?? []).map((cidr) => parsePrefix(cidr));
+    const peer = new Peer(this, publicKey, options);
+    this.peersByKey.set(id, peer);
+    for (const prefix of prefixes) this.allowedIps.insert(prefix, peer);
+    return peer;
+  }
+
+  getPeer(publicKey: Uint8Array): Peer | undefined {
+    return this.peersByKey.get(keyToHex(publicKey));
+  }
+
+  get peers(): IterableIterator<Peer> {
+    return this.peersByKey.values();
+  }
+
+  get peerCount(): number {
+    return this.peersByKey.size;
+  }
+
+  removePeer(publicKey: Uint8Array): boolean {
+    const id = keyToHex(publicKey);
+    const peer = this.peersByKey.get(id);
+    if (!peer) return false;
+    this.peersByKey.delete(id);
+    this.allowedIps.removeByPeer(peer);
+    peer.destroy();
+    return true;
+  }
+
+  // --- Outbound ---
+
+  /** Routes an outbound IP packet to its peer by destination address and sends or stages it. */
+  sendPacket(packet: Uint8Array): void {
+    const peer = this.allowedIps.lookupPacketDestination(packet);
+    if (!peer) {
+      this.drops.count('no-route');
+      return;
+    }
+    if (packet.length > MAX_CONTENT_SIZE) {
+      this.drops.count('packet-too-large');
+      return;
+    }
+    peer.sendPacket(packet);
+  }
+
+  // --- Inbound ---
+
+  /** Handles one UDP datagram from `source`. Never throws on bad input; drops are counted. */
+  receiveDatagram(datagram: Uint8Array, source: Endpoint): void {
+    const kind = classifyMessage(datagram);
+    if (!kind.ok) {
+      this.drops.count(kind.reason);
+      return;
+    }
+    switch (kind.type) {
+      case MESSAGE_INITIATION:
+      case MESSAGE_RESPONSE:
+        if (this.admitHandshakeMessage(datagram, source)) {
+          if (kind.type === MESSAGE_INITIATION) this.receiveInitiation(datagram, source);
+          else this.receiveResponse(datagram, source);
+        }
+        return;
+      case MESSAGE_COOKIE_REPLY:
+        this.receiveCookieReply(datagram);
+        return;
+      default:
+        this.receiveTransport(datagram, source);
+    }
+  }
+
+  /**
+   * The handshake gate, in wireguard-go's order: mac1 must be right; under load, mac2 must prove
+   * a fresh cookie (else we answer with a cookie reply) and the source's rate limit must allow it.
+   */
+  private admitHandshakeMessage(message: Uint8Array, source: Endpoint): boolean {
+    const checker = this.cookieChecker;
+    if (!checker || !checker.checkMac1(message)) {
+      this.drops.count('bad-mac1');
+      return false;
+    }
+    if (!this.underLoad) return true;
+    const now = this.clock.now();
+    if (!checker.checkMac2(message, source.addressBytes, source.port, now)) {
+      this.outputs.sendDatagram(source, checker.createReply(message, source.addressBytes, source.port, now));
+      this.drops.count('cookie-required');
+      return false;
+    }
+    if (!this.rateLimiter.allow(source.addressBytes, now)) {
+      this.drops.count('rate-limited');
+      return false;
+    }
+    return true;
+  }
+
+  private receiveInitiation(message: Uint8Array, source: Endpoint): void {
+    const now = this.clock.now();
+    const result = consumeInitiation(this.identity, message, now, this.timings.handshakeInitiationRate,
+      (key) => {
+        const peer = this.peersByKey.get(keyToHex(key));
+        return peer ? { peer, handshake: peer.handshake } : undefined;
+      });
+    if (typeof result === 'string') {
+      this.drops.count(handshakeDropReason(result));
+      return;
+    }
+    const { peer } = result;
+    peer.rxBytes += message.length;
+    peer.setEndpointFromPacket(source);
+    peer.timers.anyAuthenticatedPacketTraversal(now);
+    peer.timers.anyAuthenticatedPacketReceived();
+    peer.sendHandshakeResponse();
+  }
+
+  private receiveResponse(message: Uint8Array, source: Endpoint): void {
+    const entry = this.indexTable.lookup(readU32(message, RESPONSE.receiver));
+    if (!entry || entry.keypair) {
+      this.drops.count('unknown-index');
+      return;
+    }
+    const { peer } = entry;
+    const result = consumeResponse(this.identity, peer.handshake, message);
+    if (result !== true) {
+      this.drops.count(handshakeDropReason(result));
+      return;
+    }
+    const now = this.clock.now();
+    peer.rxBytes += message.length;
+    peer.setEndpointFromPacket(source);
+    peer.timers.anyAuthenticatedPacketTraversal(now);
+    peer.timers.anyAuthenticatedPacketReceived();
+    if (!peer.beginSession(now)) return;
+    peer.handshakeCompletedAsInitiator();
+  }
+
+  private receiveCookieReply(message: Uint8Array): void {
+    const entry = this.indexTable.lookup(readU32(message, 4));
+    if (!entry || !entry.peer.cookieGenerator.consumeReply(message, this.clock.now())) {
+      this.drops.count('bad-cookie-reply');
+    }
+  }
+
+  private receiveTransport(datagram: Uint8Array, source: Endpoint): void {
+    const entry = this.indexTable.lookup(readU32(datagram, TRANSPORT.receiver));
+    const keypair = entry?.keypair;
+    if (!entry || !keypair) {
+      this.drops.count('unknown-index');
+      return;
+    }
+    const now = this.clock.now();
+    if (keypair.wiped || now - keypair.created >= this.timings.rejectAfterTime) {
+      this.drops.count('expired-keypair');
+      return;
+    }
+    const counter = readCounter(datagram, TRANSPORT.counter);
+    if (counter >= REJECT_AFTER_MESSAGES_SAFE) {
+      this.drops.count('counter-limit');
+      return;
+    }
+    const plaintext = openTransport(this.crypto, keypair.receiveKey, counter, datagram, this.receiveBuffer);
+    if (!plaintext) {
+      this.drops.count('decryption-failed');
+      return;
+    }
+    // From here on the packet is authentic; the replay window is only consulted now, so forged
+    // packets cannot move it.
+    if (!keypair.replay.check(counter)) {
+      this.drops.count('replay');
+      return;
+    }
+    const { peer } = entry;
+    peer.receivedWithKeypair(keypair);
+    peer.keepKeyFreshReceiving(now);
+    peer.timers.anyAuthenticatedPacketTraversal(now);
+    peer.timers.anyAuthenticatedPacketReceived();
+    peer.rxBytes += datagram.length;
+    peer.setEndpointFromPacket(source);
+    if (plaintext.length === 0) return; // keepalive
+
+    peer.timers.dataReceived(now);
+    const length = innerPacketLength(plaintext, 0, plaintext.length);
+    if (length < 0) {
+      this.drops.count('bad-inner-packet');
+      return;
+    }
+    const packet = plaintext.subarray(0, length);
+    // Cryptokey routing, inbound: the inner source must be an address this peer may use.
+    if (this.allowedIps.lookupPacketSource(packet) !== peer) {
+      this.drops.count('allowed-ips-mismatch');
+      return;
+    }
+    this.outputs.deliverPacket(packet, peer);
+  }
+
+  // --- Load and time ---
+
+  /**
+   * The device reports how many handshake messages wait to be processed; at 128 or more it is
+   * "under load" (cookies required) and stays so for one more second.
+   */
+  reportHandshakeBacklog(queued: number): void {
+    if (queued >= UNDER_LOAD_QUEUE_LENGTH) this.underLoadUntil = this.clock.now() + UNDER_LOAD_AFTER_TIME;
+  }
+
+  /** Forces the under-load state for `ms` from now (tests, and a device that measures load itself). */
+  setUnderLoadFor(ms: number): void {
+    this.underLoadUntil = this.clock.now() + ms;
+  }
+
+  get underLoad(): boolean {
+    return this.clock.now() < this.underLoadUntil;
+  }
+
+  /** Runs every peer's due timers and collects idle rate-limiter entries. */
+  tick(): void {
+    const now = this.clock.now();
+    for (const peer of this.peersByKey.values()) peer.timers.poll(now);
+    this.rateLimiter.collectGarbage(now);
+  }
+
+  /** The earliest time (monotonic ms) at which `tick` has work to do. */
+  nextDeadline(): number {
+    let next = Infinity;
+    for (const peer of this.peersByKey.values()) next = Math.min(next, peer.timers.nextDeadline());
+    return next;
+  }
+
+  /** Bytes of headroom before and room after a packet that in-place sealing needs. */
+  static readonly headroom = TRANSPORT_HEADER_SIZE;
+}
+
+function handshakeDropReason(error: string): 'handshake-replay' | 'handshake-flood' | 'unknown-peer' | 'handshake-failed' {
+  switch (error) {
+    case 'replayed-timestamp': return 'handshake-replay';
+    case 'initiation-flood': return 'handshake-flood';
+    case 'unknown-peer': return 'unknown-peer';
+    default: return 'handshake-failed';
+  }
+}

@@ -1,0 +1,346 @@
+/**
+ * The Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s handshake as WireGuard uses it (whitepaper §5.4).
+ *
+ * Sans-I/O: these functions turn handshake state plus bytes into messages and back. They never
+ * send anything, never read the clock (times come in as arguments) and never throw on input from
+ * the network: a message that fails a check returns a reason string.
+ *
+ * mac1/mac2 are not handled here (see cookie.ts): callers check mac1 before consuming and add the
+ * MACs after creating.
+ */
+import type { Crypto } from '../crypto/primitives.ts';
+import { isZeroKey } from './keys.ts';
+import {
+  INITIATION, INITIATION_SIZE, MESSAGE_INITIATION, MESSAGE_RESPONSE, RESPONSE, RESPONSE_SIZE,
+  readU32, writeU32,
+} from './messages.ts';
+import { TAI64N_SIZE, tai64n, tai64nAfter } from './tai64n.ts';
+
+export const CONSTRUCTION = 'Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s';
+export const IDENTIFIER = 'WireGuard v1 zx2c4 Jason@zx2c4.com';
+
+const encoder = new TextEncoder();
+const EMPTY = new Uint8Array(0);
+const ZERO_NONCE = new Uint8Array(12);
+
+export enum HandshakeState {
+  Zeroed,
+  InitiationCreated,
+  InitiationConsumed,
+  ResponseCreated,
+  ResponseConsumed,
+}
+
+/** The handshake state one peer keeps (wireguard-go's `Handshake`). */
+export class Handshake {
+  state = HandshakeState.Zeroed;
+  hash: Uint8Array = new Uint8Array(32);
+  chainKey: Uint8Array = new Uint8Array(32);
+  presharedKey: Uint8Array = new Uint8Array(32);
+  localEphemeralPrivate: Uint8Array = new Uint8Array(32);
+  localIndex = 0;
+  remoteIndex = 0;
+  remoteEphemeral: Uint8Array = new Uint8Array(32);
+  /** DH(our static, their static); null when the peer's key is invalid (low-order) or we have no key. */
+  precomputedStaticStatic: Uint8Array | null = null;
+  /** The newest TAI64N timestamp accepted from this peer: older or equal ones are replays. */
+  lastTimestamp: Uint8Array = new Uint8Array(TAI64N_SIZE);
+  /** Monotonic ms of the last initiation we consumed from this peer (flood limit). */
+  lastInitiationConsumption = -Infinity;
+  /** Monotonic ms of the last initiation we sent (at most one per RekeyTimeout). */
+  lastSentHandshake = -Infinity;
+
+  constructor(readonly remoteStatic: Uint8Array) {}
+
+  /** Forgets the ephemeral secrets and chaining state (not the replay/flood history). */
+  clear(): void {
+    this.hash.fill(0);
+    this.chainKey.fill(0);
+    this.localEphemeralPrivate.fill(0);
+    this.remoteEphemeral.fill(0);
+    this.localIndex = 0;
+    this.remoteIndex = 0;
+    this.state = HandshakeState.Zeroed;
+  }
+}
+
+/** Our side of the handshake: the crypto primitives and our static key pair. */
+export interface NoiseIdentity {
+  readonly crypto: Crypto;
+  /** Our clamped static private key, or undefined when the device has no key yet. */
+  readonly staticPrivate: Uint8Array | undefined;
+  readonly staticPublic: Uint8Array | undefined;
+}
+
+/** HASH(CONSTRUCTION) and HASH(that ‖ IDENTIFIER), computed once per Crypto. */
+export interface NoiseInitialValues {
+  readonly chainKey: Uint8Array;
+  readonly hash: Uint8Array;
+}
+
+const initialValuesCache = new WeakMap<Crypto, NoiseInitialValues>();
+
+export function noiseInitialValues(crypto: Crypto): NoiseInitialValues {
+  let values = initialValuesCache.get(crypto);
+  if (!values) {
+    const chainKey = crypto.hash(encoder.encode(CONSTRUCTION));
+    values = { chainKey, hash: crypto.hash(chainKey, encoder.encode(IDENTIFIER)) };
+    initialValuesCache.set(crypto, values);
+  }
+  return values;
+}
+
+// --- The key schedule (whitepaper §5.4: KDF1/2/3 over HMAC-BLAKE2s) ---
+
+const ONE = Uint8Array.of(1);
+
+export function kdf1(crypto: Crypto, key: Uint8Array, input: Uint8Array): Uint8Array {
+  const prk = crypto.hmac(key, input);
+  return crypto.hmac(prk, ONE);
+}
+
+export function kdf2(crypto: Crypto, key: Uint8Array, input: Uint8Array): [Uint8Array, Uint8Array] {
+  const prk = crypto.hmac(key, input);
+  const t0 = crypto.hmac(prk, ONE);
+  const t1 = crypto.hmac(prk, t0, Uint8Array.of(2));
+  return [t0, t1];
+}
+
+export function kdf3(crypto: Crypto, key: Uint8Array, input: Uint8Array): [Uint8Array, Uint8Array, Uint8Array] {
+  const prk = crypto.hmac(key, input);
+  const t0 = crypto.hmac(prk, ONE);
+  const t1 = crypto.hmac(prk, t0, Uint8Array.of(2));
+  const t2 = crypto.hmac(prk, t1, Uint8Array.of(3));
+  return [t0, t1, t2];
+}
+
+/** Recomputes DH(our static, their static) after our key or the peer changed. */
+export function precomputeStaticStatic(identity: NoiseIdentity, handshake: Handshake): void {
+  const { staticPrivate } = identity;
+  handshake.precomputedStaticStatic = staticPrivate && !isZeroKey(staticPrivate)
+    ? identity.crypto.sharedSecret(staticPrivate, handshake.remoteStatic)
+    : null;
+}
+
+export type HandshakeError =
+  | 'no-private-key'
+  | 'invalid-peer-key'
+  | 'low-order-point'
+  | 'decryption-failed'
+  | 'unknown-peer'
+  | 'replayed-timestamp'
+  | 'initiation-flood'
+  | 'wrong-state';
+
+// --- Message 1: initiation ---
+
+/**
+ * Creates a handshake initiation for `handshake`'s peer into `out` (148 bytes; MACs left zero).
+ * `localIndex` is the sender index the caller registered for this handshake.
+ */
+export function createInitiation(
+  identity: NoiseIdentity, handshake: Handshake, localIndex: number, wallNowMs: number,
+  out: Uint8Array = new Uint8Array(INITIATION_SIZE),
+): Uint8Array | HandshakeError {
+  const { crypto, staticPublic } = identity;
+  if (!staticPublic) return 'no-private-key';
+  if (!handshake.precomputedStaticStatic) return 'invalid-peer-key';
+  const initial = noiseInitialValues(crypto);
+
+  const ephemeralPrivate = crypto.randomBytes(32);
+  const ephemeralPublic = crypto.publicKey(ephemeralPrivate);
+  let hash = crypto.hash(initial.hash, handshake.remoteStatic);
+  let chainKey = kdf1(crypto, initial.chainKey, ephemeralPublic);
+  hash = crypto.hash(hash, ephemeralPublic);
+
+  const es = crypto.sharedSecret(ephemeralPrivate, handshake.remoteStatic);
+  if (!es) return 'low-order-point';
+  let key: Uint8Array;
+  [chainKey, key] = kdf2(crypto, chainKey, es);
+  out.fill(0, 0, INITIATION_SIZE);
+  out[0] = MESSAGE_INITIATION;
+  writeU32(out, INITIATION.sender, localIndex);
+  out.set(ephemeralPublic, INITIATION.ephemeral);
+  const encryptedStatic = crypto.seal(key, ZERO_NONCE, staticPublic, hash,
+    out.subarray(INITIATION.encryptedStatic, INITIATION.encryptedStatic + 48));
+  hash = crypto.hash(hash, encryptedStatic);
+
+  [chainKey, key] = kdf2(crypto, chainKey, handshake.precomputedStaticStatic);
+  const encryptedTimestamp = crypto.seal(key, ZERO_NONCE, tai64n(wallNowMs), hash,
+    out.subarray(INITIATION.encryptedTimestamp, INITIATION.encryptedTimestamp + 28));
+  hash = crypto.hash(hash, encryptedTimestamp);
+
+  handshake.hash = hash;
+  handshake.chainKey = chainKey;
+  handshake.localEphemeralPrivate = ephemeralPrivate;
+  handshake.localIndex = localIndex;
+  handshake.state = HandshakeState.InitiationCreated;
+  return out.subarray(0, INITIATION_SIZE);
+}
+
+/** What consuming an initiation found out, before the peer's handshake state is touched. */
+export interface ConsumedInitiation<P> {
+  readonly peer: P;
+  readonly handshake: Handshake;
+}
+
+/**
+ * Consumes a handshake initiation (mac1 already checked). `findPeer` maps the decrypted static
+ * key to the peer and its handshake state. On success the peer's handshake holds the responder
+ * state, ready for createResponse.
+ */
+export function consumeInitiation<P>(
+  identity: NoiseIdentity, message: Uint8Array, nowMs: number, rateLimitMs: number,
+  findPeer: (staticPublic: Uint8Array) => { peer: P; handshake: Handshake } | undefined,
+): ConsumedInitiation<P> | HandshakeError {
+  const { crypto, staticPrivate, staticPublic } = identity;
+  if (!staticPrivate || !staticPublic) return 'no-private-key';
+  const initial = noiseInitialValues(crypto);
+
+  const ephemeral = message.subarray(INITIATION.ephemeral, INITIATION.ephemeral + 32);
+  let hash = crypto.hash(initial.hash, staticPublic);
+  hash = crypto.hash(hash, ephemeral);
+  let chainKey = kdf1(crypto, initial.chainKey, ephemeral);
+
+  const es = crypto.sharedSecret(staticPrivate, ephemeral);
+  if (!es) return 'low-order-point';
+  let key: Uint8Array;
+  [chainKey, key] = kdf2(crypto, chainKey, es);
+  const encryptedStatic = message.subarray(INITIATION.encryptedStatic, INITIATION.encryptedStatic + 48);
+  const peerStatic = crypto.open(key, ZERO_NONCE, encryptedStatic, hash);
+  if (!peerStatic) return 'decryption-failed';
+  hash = crypto.hash(hash, encryptedStatic);
+
+  const found = findPeer(peerStatic);
+  if (!found) return 'unknown-peer';
+  const { handshake } = found;
+  if (!handshake.precomputedStaticStatic) return 'invalid-peer-key';
+
+  [chainKey, key] = kdf2(crypto, chainKey, handshake.precomputedStaticStatic);
+  const encryptedTimestamp = message.subarray(INITIATION.encryptedTimestamp, INITIATION.encryptedTimestamp + 28);
+  const timestamp = crypto.open(key, ZERO_NONCE, encryptedTimestamp, hash);
+  if (!timestamp) return 'decryption-failed';
+  hash = crypto.hash(hash, encryptedTimestamp);
+
+  // Only now, with the initiator authenticated, do replay and flood checks touch peer state.
+  if (!tai64nAfter(timestamp, handshake.lastTimestamp)) return 'replayed-timestamp';
+  if (nowMs - handshake.lastInitiationConsumption <= rateLimitMs) return 'initiation-flood';
+
+  handshake.hash = hash;
+  handshake.chainKey = chainKey;
+  handshake.remoteIndex = readU32(message, INITIATION.sender);
+  handshake.remoteEphemeral = Uint8Array.from(ephemeral);
+  handshake.lastTimestamp = Uint8Array.from(timestamp);
+  handshake.lastInitiationConsumption = nowMs;
+  handshake.state = HandshakeState.InitiationConsumed;
+  return found;
+}
+
+// --- Message 2: response ---
+
+/** Creates the response to a consumed initiation into `out` (92 bytes; MACs left zero). */
+export function createResponse(
+  identity: NoiseIdentity, handshake: Handshake, localIndex: number,
+  out: Uint8Array = new Uint8Array(RESPONSE_SIZE),
+): Uint8Array | HandshakeError {
+  const { crypto } = identity;
+  if (handshake.state !== HandshakeState.InitiationConsumed) return 'wrong-state';
+
+  const ephemeralPrivate = crypto.randomBytes(32);
+  const ephemeralPublic = crypto.publicKey(ephemeralPrivate);
+  let hash = crypto.hash(handshake.hash, ephemeralPublic);
+  let chainKey = kdf1(crypto, handshake.chainKey, ephemeralPublic);
+
+  const ee = crypto.sharedSecret(ephemeralPrivate, handshake.remoteEphemeral);
+  if (!ee) return 'low-order-point';
+  chainKey = kdf1(crypto, chainKey, ee);
+  const se = crypto.sharedSecret(ephemeralPrivate, handshake.remoteStatic);
+  if (!se) return 'low-order-point';
+  chainKey = kdf1(crypto, chainKey, se);
+
+  const [nextChainKey, tau, key] = kdf3(crypto, chainKey, handshake.presharedKey);
+  chainKey = nextChainKey;
+  hash = crypto.hash(hash, tau);
+
+  out.fill(0, 0, RESPONSE_SIZE);
+  out[0] = MESSAGE_RESPONSE;
+  writeU32(out, RESPONSE.sender, localIndex);
+  writeU32(out, RESPONSE.receiver, handshake.remoteIndex);
+  out.set(ephemeralPublic, RESPONSE.ephemeral);
+  const encryptedNothing = crypto.seal(key, ZERO_NONCE, EMPTY, hash,
+    out.subarray(RESPONSE.encryptedNothing, RESPONSE.encryptedNothing + 16));
+  hash = crypto.hash(hash, encryptedNothing);
+
+  handshake.hash = hash;
+  handshake.chainKey = chainKey;
+  handshake.localEphemeralPrivate = ephemeralPrivate;
+  handshake.localIndex = localIndex;
+  handshake.state = HandshakeState.ResponseCreated;
+  return out.subarray(0, RESPONSE_SIZE);
+}
+
+/**
+ * Consumes a handshake response (mac1 already checked) for the handshake the caller found by the
+ * message's receiver index. Nothing in `handshake` changes unless the response authenticates.
+ */
+export function consumeResponse(
+  identity: NoiseIdentity, handshake: Handshake, message: Uint8Array,
+): true | HandshakeError {
+  const { crypto, staticPrivate } = identity;
+  if (!staticPrivate) return 'no-private-key';
+  if (handshake.state !== HandshakeState.InitiationCreated) return 'wrong-state';
+
+  const ephemeral = message.subarray(RESPONSE.ephemeral, RESPONSE.ephemeral + 32);
+  let hash = crypto.hash(handshake.hash, ephemeral);
+  let chainKey = kdf1(crypto, handshake.chainKey, ephemeral);
+
+  const ee = crypto.sharedSecret(handshake.localEphemeralPrivate, ephemeral);
+  if (!ee) return 'low-order-point';
+  chainKey = kdf1(crypto, chainKey, ee);
+  const se = crypto.sharedSecret(staticPrivate, ephemeral);
+  if (!se) return 'low-order-point';
+  chainKey = kdf1(crypto, chainKey, se);
+
+  const [nextChainKey, tau, key] = kdf3(crypto, chainKey, handshake.presharedKey);
+  chainKey = nextChainKey;
+  hash = crypto.hash(hash, tau);
+  const encryptedNothing = message.subarray(RESPONSE.encryptedNothing, RESPONSE.encryptedNothing + 16);
+  if (!crypto.open(key, ZERO_NONCE, encryptedNothing, hash)) return 'decryption-failed';
+  hash = crypto.hash(hash, encryptedNothing);
+
+  handshake.hash = hash;
+  handshake.chainKey = chainKey;
+  handshake.remoteIndex = readU32(message, RESPONSE.sender);
+  handshake.state = HandshakeState.ResponseConsumed;
+  return true;
+}
+
+/** The two transport keys a finished handshake yields, from this side's point of view. */
+export interface SessionKeys {
+  readonly sendKey: Uint8Array;
+  readonly receiveKey: Uint8Array;
+  readonly isInitiator: boolean;
+  readonly localIndex: number;
+  readonly remoteIndex: number;
+}
+
+/**
+ * Derives the transport keys once the handshake is done (initiator: after consuming the
+ * response; responder: after creating it) and wipes the handshake's secrets.
+ */
+export function deriveSessionKeys(crypto: Crypto, handshake: Handshake): SessionKeys | HandshakeError {
+  let isInitiator: boolean;
+  if (handshake.state === HandshakeState.ResponseConsumed) isInitiator = true;
+  else if (handshake.state === HandshakeState.ResponseCreated) isInitiator = false;
+  else return 'wrong-state';
+  const [initiatorToResponder, responderToInitiator] = kdf2(crypto, handshake.chainKey, EMPTY);
+  const keys: SessionKeys = {
+    sendKey: isInitiator ? initiatorToResponder : responderToInitiator,
+    receiveKey: isInitiator ? responderToInitiator : initiatorToResponder,
+    isInitiator,
+    localIndex: handshake.localIndex,
+    remoteIndex: handshake.remoteIndex,
+  };
+  handshake.clear();
+  return keys;
+}

@@ -1,0 +1,47 @@
+/**
+ * Sealing and opening transport-data messages (type 4), in place.
+ *
+ * A packet buffer is laid out as the datagram will be: 16 bytes of headroom for the header, the
+ * plaintext, room for padding, then 16 bytes for the tag. Sealing pads with zeros, encrypts in
+ * place and writes the header into the headroom, so the same bytes go straight to the socket.
+ * These functions are used by the core and by the crypto worker threads alike.
+ */
+import { writeCounterNonce, type Aead } from '../crypto/primitives.ts';
+import { TAG_SIZE, TRANSPORT_HEADER_SIZE, paddedLength, writeTransportHeader } from '../noise/messages.ts';
+
+/** Bytes a packet buffer needs beyond the packet: header headroom, padding, tag. */
+export const TRANSPORT_OVERHEAD = TRANSPORT_HEADER_SIZE + 15 + TAG_SIZE;
+
+const nonce = new Uint8Array(12); // scratch: each thread has its own module instance
+
+/**
+ * Seals the `length` plaintext bytes at buf[16 ..] in place and writes the header at buf[0 .. 16].
+ * `buf` must have room for padding and the tag (length + TRANSPORT_OVERHEAD). Returns the
+ * datagram length.
+ */
+export function sealTransportInPlace(
+  aead: Aead, key: Uint8Array, receiverIndex: number, counter: number,
+  buf: Uint8Array, length: number, mtu: number,
+): number {
+  const padded = paddedLength(length, mtu);
+  const end = TRANSPORT_HEADER_SIZE + padded;
+  if (buf.length < end + TAG_SIZE) throw new RangeError(`packet buffer too small: need ${end + TAG_SIZE} bytes, have ${buf.length}`);
+  buf.fill(0, TRANSPORT_HEADER_SIZE + length, end);
+  const plaintext = buf.subarray(TRANSPORT_HEADER_SIZE, end);
+  aead.seal(key, writeCounterNonce(counter, nonce), plaintext, undefined, buf.subarray(TRANSPORT_HEADER_SIZE, end + TAG_SIZE));
+  writeTransportHeader(buf, 0, receiverIndex, counter);
+  return end + TAG_SIZE;
+}
+
+/**
+ * Opens a transport message's ciphertext (everything after the 16-byte header) into `out` (or in
+ * place when `out` is omitted). Returns the padded plaintext, or null when it does not
+ * authenticate.
+ */
+export function openTransport(
+  aead: Aead, key: Uint8Array, counter: number, datagram: Uint8Array, out?: Uint8Array,
+): Uint8Array | null {
+  const sealed = datagram.subarray(TRANSPORT_HEADER_SIZE);
+  const target = out ?? sealed;
+  return aead.open(key, writeCounterNonce(counter, nonce), sealed, undefined, target);
+}
