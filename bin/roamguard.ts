@@ -1,0 +1,55 @@
+/**
+ * The roamguard command line: `roamguard <command> [args]`. Each command lives in
+ * bin/commands/<name>.ts and is loaded only when used, so `roamguard genkey` never loads the
+ * data plane and the data plane never loads the agent.
+ */
+export interface Command {
+  summary: string;
+  usage: string;
+  run(args: string[]): Promise<number>;
+}
+
+const commands: Record<string, () => Promise<Command>> = {
+  genkey: async () => (await import('./commands/genkey.ts')).genkey,
+  pubkey: async () => (await import('./commands/genkey.ts')).pubkey,
+  selftest: async () => (await import('./commands/selftest.ts')).selftest,
+};
+
+async function help(): Promise<void> {
+  const lines = ['usage: roamguard [--runtime node|bun] <command> [args]', '', 'commands:'];
+  for (const [name, load] of Object.entries(commands)) lines.push(`  ${name.padEnd(10)} ${(await load()).summary}`);
+  lines.push('', 'Run `roamguard <command> --help` for a command\'s options.');
+  console.log(lines.join('\n'));
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...args] = argv;
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    await help();
+    return name ? 0 : 2;
+  }
+  if (name === '--version' || name === 'version') {
+    const pkg = await import('../package.json', { with: { type: 'json' } });
+    console.log(`roamguard ${pkg.default.version}`);
+    return 0;
+  }
+  const load = commands[name];
+  if (!load) {
+    console.error(`roamguard: unknown command '${name}' (see roamguard --help)`);
+    return 2;
+  }
+  const command = await load();
+  if (args.includes('--help') || args.includes('-h')) {
+    console.log(`usage: ${command.usage}\n\n${command.summary}`);
+    return 0;
+  }
+  return command.run(args);
+}
+
+main(process.argv.slice(2)).then(
+  (code) => { process.exitCode = code; },
+  (err: unknown) => {
+    console.error(`roamguard: ${err instanceof Error ? err.message : String(err)}`);
+    process.exitCode = 1;
+  },
+);
