@@ -33,6 +33,8 @@ export const ZERO_KEY_MATERIAL_AFTER = REJECT_AFTER_TIME * 3;
 /** Once the handshake queue has been this long, the device stays "under load" for UNDER_LOAD_AFTER_TIME. */
 export const UNDER_LOAD_QUEUE_LENGTH = 1024 / 8;
 export const UNDER_LOAD_AFTER_TIME = 1_000;
+/** Without a handshake queue to measure, this many handshake messages in one second mean "under load". */
+export const UNDER_LOAD_HANDSHAKES_PER_SECOND = 256;
 
 export const PADDING_MULTIPLE = 16;
 export const DEFAULT_MTU = 1420;

@@ -13,7 +13,7 @@ import { AllowedIps } from './allowedips/allowedips.ts';
 import { systemClock, type Clock } from './clock.ts';
 import {
   DEFAULT_MTU, MAX_CONTENT_SIZE, PRODUCTION_TIMINGS, REJECT_AFTER_MESSAGES_SAFE, UNDER_LOAD_AFTER_TIME,
-  UNDER_LOAD_QUEUE_LENGTH, type Timings,
+  UNDER_LOAD_HANDSHAKES_PER_SECOND, UNDER_LOAD_QUEUE_LENGTH, type Timings,
 } from './constants.ts';
 import type { Crypto } from './crypto/primitives.ts';
 import { DropCounters } from './drop-counters.ts';
@@ -28,6 +28,7 @@ import {
 import { consumeInitiation, consumeResponse, type NoiseIdentity } from './noise/noise-protocol.ts';
 import { RateLimiter } from './noise/ratelimiter.ts';
 import { IndexTable } from './session/index-table.ts';
+import type { Keypair } from './session/keypair.ts';
 import { Peer, type CoreOutputs, type PeerHost, type PeerOptions } from './session/peer.ts';
 import { TRANSPORT_OVERHEAD, openTransport } from './session/transport.ts';
 
@@ -43,6 +44,13 @@ export interface CoreOptions {
   mtu?: number;
   /** Shortened timers for tests; production code leaves this unset. */
   timings?: Partial<Timings>;
+}
+
+/** A transport message that passed the checks before decryption (filled in by beginTransport). */
+export interface IncomingTransport {
+  peer: Peer | null;
+  keypair: Keypair | null;
+  counter: number;
 }
 
 export interface AddPeerOptions extends PeerOptions {
@@ -70,6 +78,8 @@ export class WireGuardCore implements PeerHost {
   private cookieChecker: CookieChecker | undefined;
   private readonly peersByKey = new Map<string, Peer>();
   private underLoadUntil = -Infinity;
+  private handshakeWindowStart = -Infinity;
+  private handshakesInWindow = 0;
 
   constructor(options: CoreOptions) {
     this.crypto = options.crypto;
@@ -159,16 +169,21 @@ export class WireGuardCore implements PeerHost {
 
   /** Routes an outbound IP packet to its peer by destination address and sends or stages it. */
   sendPacket(packet: Uint8Array): void {
+    this.route(packet)?.sendPacket(packet);
+  }
+
+  /** The peer an outbound packet goes to (cryptokey routing), or undefined (counted as a drop). */
+  route(packet: Uint8Array): Peer | undefined {
     const peer = this.allowedIps.lookupPacketDestination(packet);
     if (!peer) {
       this.drops.count('no-route');
-      return;
+      return undefined;
     }
     if (packet.length > MAX_CONTENT_SIZE) {
       this.drops.count('packet-too-large');
-      return;
+      return undefined;
     }
-    peer.sendPacket(packet);
+    return peer;
   }
 
   // --- Inbound ---
@@ -206,8 +221,9 @@ export class WireGuardCore implements PeerHost {
       this.drops.count('bad-mac1');
       return false;
     }
-    if (!this.underLoad) return true;
     const now = this.clock.now();
+    this.noteHandshakeArrival(now);
+    if (!this.underLoad) return true;
     if (!checker.checkMac2(message, source.addressBytes, source.port, now)) {
       this.outputs.sendDatagram(source, checker.createReply(message, source.addressBytes, source.port, now));
       this.drops.count('cookie-required');
@@ -267,40 +283,64 @@ export class WireGuardCore implements PeerHost {
     }
   }
 
+  private readonly incoming: IncomingTransport = { peer: null, keypair: null, counter: 0 };
+
   private receiveTransport(datagram: Uint8Array, source: Endpoint): void {
-    const entry = this.indexTable.lookup(readU32(datagram, TRANSPORT.receiver));
-    const keypair = entry?.keypair;
-    if (!entry || !keypair) {
-      this.drops.count('unknown-index');
-      return;
-    }
-    const now = this.clock.now();
-    if (keypair.wiped || now - keypair.created >= this.timings.rejectAfterTime) {
-      this.drops.count('expired-keypair');
-      return;
-    }
-    const counter = readCounter(datagram, TRANSPORT.counter);
-    if (counter >= REJECT_AFTER_MESSAGES_SAFE) {
-      this.drops.count('counter-limit');
-      return;
-    }
-    const plaintext = openTransport(this.crypto, keypair.receiveKey, counter, datagram, this.receiveBuffer);
+    const incoming = this.incoming;
+    if (!this.beginTransport(datagram, incoming)) return;
+    const keypair = incoming.keypair!;
+    const plaintext = openTransport(this.crypto, keypair.receiveKey, incoming.counter, datagram, this.receiveBuffer);
     if (!plaintext) {
       this.drops.count('decryption-failed');
       return;
     }
-    // From here on the packet is authentic; the replay window is only consulted now, so forged
-    // packets cannot move it.
+    this.finishTransport(incoming.peer!, keypair, incoming.counter, plaintext, datagram.length, source);
+  }
+
+  /**
+   * First half of receiving a transport message, before decryption: finds the keypair by
+   * receiver index and checks its age and the counter limit. Returns null (counted) when the
+   * datagram cannot be for a live session. The caller decrypts (here or in a worker) and then
+   * calls `finishTransport` in per-peer order. Fills `into` rather than allocating.
+   */
+  beginTransport(datagram: Uint8Array, into: IncomingTransport): boolean {
+    const entry = this.indexTable.lookup(readU32(datagram, TRANSPORT.receiver));
+    const keypair = entry?.keypair;
+    if (!entry || !keypair) {
+      this.drops.count('unknown-index');
+      return false;
+    }
+    if (keypair.wiped || this.clock.now() - keypair.created >= this.timings.rejectAfterTime) {
+      this.drops.count('expired-keypair');
+      return false;
+    }
+    const counter = readCounter(datagram, TRANSPORT.counter);
+    if (counter >= REJECT_AFTER_MESSAGES_SAFE) {
+      this.drops.count('counter-limit');
+      return false;
+    }
+    into.peer = entry.peer;
+    into.keypair = keypair;
+    into.counter = counter;
+    return true;
+  }
+
+  /**
+   * Second half, after successful decryption, in the order packets arrived for this peer: the
+   * replay window (only now, so forged packets cannot move it), key confirmation, timers,
+   * roaming, padding removal, the inbound cryptokey-routing check, delivery.
+   */
+  finishTransport(peer: Peer, keypair: Keypair, counter: number, plaintext: Uint8Array, datagramLength: number, source: Endpoint): void {
     if (!keypair.replay.check(counter)) {
       this.drops.count('replay');
       return;
     }
-    const { peer } = entry;
+    const now = this.clock.now();
     peer.receivedWithKeypair(keypair);
     peer.keepKeyFreshReceiving(now);
     peer.timers.anyAuthenticatedPacketTraversal(now);
     peer.timers.anyAuthenticatedPacketReceived();
-    peer.rxBytes += datagram.length;
+    peer.rxBytes += datagramLength;
     peer.setEndpointFromPacket(source);
     if (plaintext.length === 0) return; // keepalive
 
@@ -322,8 +362,23 @@ export class WireGuardCore implements PeerHost {
   // --- Load and time ---
 
   /**
-   * The device reports how many handshake messages wait to be processed; at 128 or more it is
-   * "under load" (cookies required) and stays so for one more second.
+   * Load detection without a queue to measure: more than UNDER_LOAD_HANDSHAKES_PER_SECOND
+   * handshake messages with a valid mac1 within one second (far above what even a large mesh
+   * sends, far below what one core can process) switches cookies on for UNDER_LOAD_AFTER_TIME.
+   */
+  private noteHandshakeArrival(now: number): void {
+    if (now - this.handshakeWindowStart >= 1000) {
+      this.handshakeWindowStart = now;
+      this.handshakesInWindow = 0;
+    }
+    if (++this.handshakesInWindow > UNDER_LOAD_HANDSHAKES_PER_SECOND) {
+      this.underLoadUntil = now + UNDER_LOAD_AFTER_TIME;
+    }
+  }
+
+  /**
+   * A device with a handshake queue reports its length; at 128 or more it is "under load"
+   * (cookies required) and stays so for one more second.
    */
   reportHandshakeBacklog(queued: number): void {
     if (queued >= UNDER_LOAD_QUEUE_LENGTH) this.underLoadUntil = this.clock.now() + UNDER_LOAD_AFTER_TIME;

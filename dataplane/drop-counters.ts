@@ -13,6 +13,8 @@ export const DROP_REASONS = [
   'bad-inner-packet', 'allowed-ips-mismatch',
   // Outbound
   'no-route', 'no-endpoint', 'staged-overflow', 'handshake-gave-up', 'packet-too-large',
+  // Either way
+  'crypto-worker-failed',
 ] as const;
 
 export type DropReason = typeof DROP_REASONS[number];

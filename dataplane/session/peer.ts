@@ -149,6 +149,17 @@ export class Peer implements TimerActions {
   }
 
   /**
+   * For a pipelined device: the keypair to seal a batch with right now, or null when packets must
+   * take the staging path (something is staged already, no usable session, or no endpoint).
+   * The caller reserves nonces by advancing `keypair.sendNonce` and calls `packetsSent` after the
+   * datagrams left, in order.
+   */
+  sendableKeypair(now: number): Keypair | null {
+    if (this.staged.length !== 0 || !this.endpoint) return null;
+    return this.sendingKeypair(now);
+  }
+
+  /**
    * Sends one outbound packet: at once when a session is usable and nothing is waiting before it
    * (the common case: no copy into the staging queue), otherwise through the staging queue.
    */
@@ -205,6 +216,10 @@ export class Peer implements TimerActions {
   }
 
   /** Timer hooks and rekey check after a batch left (wireguard-go's sequential sender). */
+  packetsSent(now: number, sentData: boolean): void {
+    this.afterSending(now, sentData);
+  }
+
   private afterSending(now: number, sentData: boolean): void {
     this.timers.anyAuthenticatedPacketTraversal(now);
     this.timers.anyAuthenticatedPacketSent();

@@ -425,6 +425,18 @@ describe('cookies under load', () => {
     assert.ok(pair.b.core.drops.get('rate-limited') >= 14, `rate-limited ${pair.b.core.drops.get('rate-limited')}`);
   });
 
+  test('a burst of handshake messages switches cookies on by itself, for a second after it ends', () => {
+    const pair = makeCorePair(crypto);
+    pair.a.peer.initiateHandshake();
+    const initiation = pair.wire.shift()!;
+    assert.equal(pair.b.core.underLoad, false);
+    for (let i = 0; i < 300; i++) pair.b.core.receiveDatagram(initiation.bytes, initiation.source);
+    assert.equal(pair.b.core.underLoad, true);
+    assert.ok(pair.b.core.drops.get('cookie-required') > 0, 'cookie replies instead of handshake work');
+    pair.clock.advance(1_001);
+    assert.equal(pair.b.core.underLoad, false, 'load mode ends once the flood stops');
+  });
+
   test('an initiation with a bad mac1 never reaches the handshake code', () => {
     const pair = makeCorePair(crypto);
     pair.a.peer.initiateHandshake();
