@@ -1,0 +1,126 @@
+/**
+ * The TUN reader: a worker thread that waits for the (non-blocking) TUN file descriptor with
+ * poll(2), reads every packet that is ready straight into the next free slot of the shared ring
+ * (ring.ts) and wakes the main thread with Atomics.notify. The main thread drains all ready slots
+ * as one batch, so under load one wake-up carries many packets, and the read syscalls run here,
+ * in parallel with the main thread's packet processing.
+ *
+ * poll also watches an eventfd that the main thread writes to when it wants the worker to stop:
+ * closing a descriptor does not wake a thread blocked on it, and the main thread must not close
+ * the TUN fd while this thread may still use it (the number could be reused). The stop handshake
+ * is STATE in the ring header: the main thread sets STOP_REQUESTED and waits (briefly, with
+ * Atomics.wait) until this thread answers STOPPED; after that it is free to close the fds.
+ *
+ * When the interface is deleted the kernel detaches the fd: poll reports POLLERR and read fails
+ * with EBADFD. The worker then sets DEVICE_GONE, answers STOPPED and ends.
+ *
+ * Runs under Node (started through a small tsx trampoline, see linux-tun.ts) and Bun alike; libc
+ * is bound again in this thread (koffi or bun:ffi).
+ */
+import { workerData } from 'node:worker_threads';
+import { DEVICE_GONE_ERRNOS, EAGAIN, EBADFD, EINTR, POLLERR, POLLHUP, POLLIN, POLLNVAL, loadLibc, type Libc } from '../sys/libc.ts';
+import {
+  DEVICE_GONE, LAST_ERRNO, MAIN_WAITING, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
+  STATE_STOP_REQUESTED, WRITE_SEQ, ringViews,
+} from './ring.ts';
+
+export interface ReaderConfig {
+  /** The TUN fd, opened with O_NONBLOCK. */
+  fd: number;
+  /** eventfd the main thread writes to in order to interrupt poll. */
+  wakeFd: number;
+  buffer: SharedArrayBuffer;
+  slots: number;
+  slotSize: number;
+}
+
+export function runReader(libc: Libc, config: ReaderConfig): void {
+  const { fd, wakeFd, slots, slotSize } = config;
+  const { header, lengths, data } = ringViews(config.buffer, config);
+  if (Atomics.compareExchange(header, STATE, STATE_BOOTING, STATE_RUNNING) !== STATE_BOOTING) return; // closed before we began
+
+  const mask = slots - 1;
+  const slotViews: Uint8Array[] = [];
+  for (let i = 0; i < slots; i++) slotViews.push(data.subarray(i * slotSize, (i + 1) * slotSize));
+
+  // struct pollfd[2] = { {fd, POLLIN, 0}, {wakeFd, POLLIN, 0} }
+  const pollBytes = new Uint8Array(16);
+  const poll32 = new Int32Array(pollBytes.buffer);
+  const poll16 = new Int16Array(pollBytes.buffer);
+  poll32[0] = fd;
+  poll16[2] = POLLIN;
+  poll32[2] = wakeFd;
+  poll16[6] = POLLIN;
+
+  let write = Atomics.load(header, WRITE_SEQ);
+
+  const finish = (goneErrno: number) => {
+    if (goneErrno !== 0) {
+      Atomics.store(header, LAST_ERRNO, goneErrno);
+      Atomics.store(header, DEVICE_GONE, 1);
+    }
+    Atomics.store(header, STATE, STATE_STOPPED);
+    Atomics.notify(header, STATE);
+    Atomics.notify(header, WRITE_SEQ); // wakes the main thread's Atomics.waitAsync
+  };
+
+  for (;;) {
+    if (Atomics.load(header, STATE) === STATE_STOP_REQUESTED) return finish(0);
+
+    // Ring full: wait until the main thread has consumed something (it notifies READ_SEQ; a stop
+    // request notifies it too). The kernel queues (and, past txqueuelen, drops) meanwhile.
+    const read = Atomics.load(header, READ_SEQ);
+    if (((write - read) | 0) >= slots) {
+      Atomics.wait(header, READ_SEQ, read, 1000);
+      continue;
+    }
+
+    poll16[3] = 0;
+    poll16[7] = 0;
+    if (libc.poll(pollBytes, 2, -1) < 0) {
+      const errno = libc.errno();
+      if (errno === EINTR) continue;
+      return finish(errno);
+    }
+    if (poll16[7] !== 0) continue; // woken by the main thread: re-check STATE
+    const revents = poll16[3];
+    if ((revents & POLLIN) === 0 && (revents & (POLLERR | POLLHUP | POLLNVAL)) === 0) continue;
+
+    // Read until the kernel queue is empty or the ring is full.
+    let consumed = read;
+    for (;;) {
+      if (((write - consumed) | 0) >= slots) {
+        consumed = Atomics.load(header, READ_SEQ);
+        if (((write - consumed) | 0) >= slots) break;
+      }
+      const slot = write & mask;
+      const n = libc.read(fd, slotViews[slot], slotSize);
+      if (n > 0) {
+        lengths[slot] = n;
+        write = (write + 1) | 0;
+        Atomics.store(header, WRITE_SEQ, write);
+        if (Atomics.load(header, MAIN_WAITING) !== 0 && Atomics.exchange(header, MAIN_WAITING, 0) !== 0) {
+          Atomics.notify(header, WRITE_SEQ);
+        }
+        continue;
+      }
+      if (n === 0) break;
+      const errno = libc.errno();
+      if (errno === EAGAIN) break;
+      if (errno === EINTR) continue;
+      if (DEVICE_GONE_ERRNOS.has(errno)) return finish(errno);
+      Atomics.add(header, READ_ERRORS, 1);
+      break;
+    }
+    if ((revents & (POLLERR | POLLHUP | POLLNVAL)) !== 0 && (revents & POLLIN) === 0) {
+      // The device is gone (tun_chr_poll reports POLLERR for a detached fd) but read did not say so.
+      return finish(EBADFD);
+    }
+  }
+}
+
+const config = workerData as ReaderConfig | undefined;
+if (config && typeof config.fd === 'number' && config.buffer instanceof SharedArrayBuffer) {
+  const libc = await loadLibc();
+  runReader(libc, config);
+}

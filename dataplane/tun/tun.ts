@@ -1,0 +1,86 @@
+/**
+ * The TUN device as the daemon sees it: whole IP packets in and out, in batches, behind one narrow
+ * interface. The Linux implementation (linux-tun.ts) and the in-memory double (memory-tun.ts)
+ * behave the same, so the daemon is tested without a kernel device.
+ *
+ * This module is runtime-independent; `openTun` loads the Linux implementation lazily, which in
+ * turn binds libc through koffi on Node or bun:ffi on Bun.
+ */
+
+export interface TunStats {
+  /** Packets delivered to the `start` handler. */
+  readPackets: number;
+  /** Packets handed to the kernel. */
+  writePackets: number;
+  /** Packets the kernel refused (bad packet, device down, EAGAIN) or that were empty. */
+  writeErrors: number;
+  /** Failed reads other than "nothing to read" and "device gone". */
+  readErrors: number;
+}
+
+export interface Tun {
+  /** The actual interface name (what the kernel picked when the requested name contained %d). */
+  readonly name: string;
+  /** The interface's current MTU (as the kernel reports it, so also after `ip link set mtu`). */
+  readonly mtu: number;
+  /** Sets the interface MTU. Throws when the kernel refuses (e.g. out of range). */
+  setMtu(mtu: number): void;
+  /**
+   * Starts reading; calls `onPackets` with a batch of whole IP packets. The views (and the array)
+   * are valid only during the call and are reused afterwards: copy what must outlive it. Only the
+   * first `count` entries are valid. May be called once.
+   */
+  start(onPackets: (packets: Uint8Array[], count: number) => void): void;
+  /**
+   * Writes whole IP packets to the kernel (the first `count` entries of `packets`). Never throws
+   * for a bad packet or a full queue: those are counted in `stats.writeErrors`. After close it
+   * counts every packet as an error.
+   */
+  write(packets: Uint8Array[], count: number): void;
+  /**
+   * `handler` runs once when the interface disappears (`ip link del`) or reading fails for good,
+   * so the daemon can exit like wireguard-go. Not called for an explicit `close()`. A handler
+   * registered after the fact runs on the next tick.
+   */
+  onClose(handler: () => void): void;
+  /** Stops reading and releases the device (the interface goes away unless it is persistent). Idempotent. */
+  close(): void;
+  readonly stats: TunStats;
+}
+
+/** How the Linux device reads packets; see linux-tun.ts and bench/tun-micro.ts for the trade-off. */
+export type TunReader = 'worker' | 'event-loop';
+
+export interface OpenTunOptions {
+  /** MTU to set right after creation. Default: leave the kernel's default (1500). */
+  mtu?: number;
+  /**
+   * 'worker' (the default; Node and Bun): a reader thread fills a shared ring, the main thread only
+   * takes batches from it. 'event-loop' (Node only; elsewhere it falls back to 'worker'): libuv
+   * watches the fd in the main thread, which reads the packets itself — one thread less and less
+   * CPU in total, but the read syscalls cost main-thread time. Default: ROAMGUARD_TUN_READER if
+   * set to one of these, else 'worker'.
+   */
+  reader?: TunReader;
+}
+
+/** Maximum interface name length (IFNAMSIZ - 1). */
+export const MAX_INTERFACE_NAME = 15;
+
+/** Checks a requested interface name; `%d` asks the kernel to pick a number. */
+export function validateInterfaceName(name: string): void {
+  if (typeof name !== 'string' || name.length === 0) throw new TypeError('interface name must be a non-empty string');
+  if (Buffer.byteLength(name) > MAX_INTERFACE_NAME) throw new RangeError(`interface name ${JSON.stringify(name)} is longer than ${MAX_INTERFACE_NAME} bytes`);
+  if (/[\s/:\0]/.test(name) || name === '.' || name === '..') throw new RangeError(`bad interface name ${JSON.stringify(name)}`);
+}
+
+/**
+ * Creates (or attaches to) the TUN interface `name` in the network namespace this process runs
+ * in. Linux only; needs CAP_NET_ADMIN.
+ */
+export async function openTun(name: string, options: OpenTunOptions = {}): Promise<Tun> {
+  validateInterfaceName(name);
+  if (process.platform !== 'linux') throw new Error(`TUN devices are implemented for Linux only (this is ${process.platform})`);
+  const { LinuxTun } = await import('./linux-tun.ts');
+  return LinuxTun.open(name, options);
+}
