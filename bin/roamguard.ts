@@ -10,6 +10,7 @@ export interface Command {
 }
 
 const commands: Record<string, () => Promise<Command>> = {
+  wg: async () => (await import('./commands/wg.ts')).wg,
   genkey: async () => (await import('./commands/genkey.ts')).genkey,
   pubkey: async () => (await import('./commands/genkey.ts')).pubkey,
   selftest: async () => (await import('./commands/selftest.ts')).selftest,
@@ -47,7 +48,8 @@ async function main(argv: string[]): Promise<number> {
 }
 
 main(process.argv.slice(2)).then(
-  (code) => { process.exitCode = code; },
+  // Exit explicitly: a finished daemon may still hold worker threads or timers.
+  (code) => { process.exit(code); },
   (err: unknown) => {
     console.error(`roamguard: ${err instanceof Error ? err.message : String(err)}`);
     process.exitCode = 1;

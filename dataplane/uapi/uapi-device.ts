@@ -29,7 +29,7 @@ export interface UapiHost {
   /** The firewall mark on outgoing datagrams (0 = none). */
   readonly fwmark: number;
   /** Sets the firewall mark; may throw an error with a Node errno `code`. */
-  setFwmark(mark: number): void;
+  setFwmark(mark: number): void | Promise<void>;
 }
 
 /** The two operations of the control socket, as uapi-server.ts calls them. */
@@ -114,7 +114,7 @@ export async function applySetRequest(host: UapiHost, request: SetRequest, optio
     }
     if (request.fwmark !== undefined && request.fwmark !== host.fwmark) {
       try {
-        host.setFwmark(request.fwmark);
+        await host.setFwmark(request.fwmark);
       } catch (err) {
         log(`set: cannot set fwmark ${request.fwmark}: ${(err as Error)?.message ?? err}`);
         return errnoOf(err, UAPI_ERRNO.UNKNOWN);

@@ -1,0 +1,112 @@
+/**
+ * The `roamguard wg` daemon in the foreground: TUN interface, UDP bind, crypto pool, device and
+ * control socket, and the exit rules every userspace WireGuard follows: exit on SIGINT/SIGTERM,
+ * when the control socket file is deleted, and when the TUN interface is removed.
+ */
+import { availableParallelism } from 'node:os';
+import { selectCrypto } from '../crypto/select.ts';
+import { DEFAULT_MTU, type Timings } from '../constants.ts';
+import { UdpBind } from '../bind/udp-bind.ts';
+import { openTun } from '../tun/tun.ts';
+import { createLogger, type LogLevel } from '../log.ts';
+import { createUapiHandler } from '../uapi/uapi-device.ts';
+import { startUapiServer, type UapiServer } from '../uapi/uapi-server.ts';
+import { Device } from './device.ts';
+
+export interface DaemonOptions {
+  ifname: string;
+  logLevel: LogLevel;
+  /** Crypto worker threads (0 = main thread). */
+  threads?: number;
+  mtu?: number;
+  /** Control socket directory (tests); default /var/run/wireguard. */
+  socketDir?: string;
+  /** Called once the interface and the control socket are ready. */
+  onReady?: () => void;
+  /** Shortened protocol timers, for tests only (see testTimingsFromEnv). */
+  timings?: Partial<Timings>;
+}
+
+const TIMING_KEYS: readonly (keyof Timings)[] = [
+  'rekeyAfterTime', 'rejectAfterTime', 'rekeyAttemptTime', 'rekeyTimeout', 'rekeyTimeoutJitterMax',
+  'keepaliveTimeout', 'cookieRefreshTime', 'handshakeInitiationRate',
+];
+
+/**
+ * ROAMGUARD_TEST_TIMINGS='{"rekeyAfterTime":3000,...}' (milliseconds) shortens the protocol
+ * timers so system tests can cross many rekeys in seconds. For tests only: it makes the tunnel
+ * rekey far more often than the protocol intends, so the daemon says so loudly.
+ */
+export function testTimingsFromEnv(value: string | undefined): Partial<Timings> | undefined {
+  if (!value) return undefined;
+  let parsed: unknown;
+  try { parsed = JSON.parse(value); } catch { throw new Error('ROAMGUARD_TEST_TIMINGS must be a JSON object of millisecond values'); }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new Error('ROAMGUARD_TEST_TIMINGS must be a JSON object');
+  const out: Partial<Timings> = {};
+  for (const [key, v] of Object.entries(parsed)) {
+    if (!TIMING_KEYS.includes(key as keyof Timings)) throw new Error(`ROAMGUARD_TEST_TIMINGS: unknown timer ${JSON.stringify(key)} (known: ${TIMING_KEYS.join(', ')})`);
+    if (typeof v !== 'number' || !(v > 0)) throw new Error(`ROAMGUARD_TEST_TIMINGS: ${key} must be a positive number of milliseconds`);
+    out[key as keyof Timings] = v;
+  }
+  return out;
+}
+
+/** The default number of crypto worker threads: one per core, none on a single-core host. */
+export function defaultThreads(): number {
+  const cores = availableParallelism();
+  return cores > 1 ? cores : 0;
+}
+
+/** Runs until one of the exit conditions; resolves with the process exit code. */
+export async function runDaemon(options: DaemonOptions): Promise<number> {
+  const log = createLogger(options.logLevel, options.ifname);
+  const crypto = await selectCrypto();
+  log.verbose(`crypto providers: ${Object.entries(crypto.providers).map(([g, p]) => `${g}=${p}`).join(', ')}`);
+  const tun = await openTun(options.ifname, { mtu: options.mtu ?? DEFAULT_MTU });
+  if (options.timings) log.error(`TEST TIMERS IN USE (not for production): ${JSON.stringify(options.timings)}`);
+  const device = new Device({
+    tun, bind: new UdpBind(), crypto, logger: log, threads: options.threads ?? defaultThreads(), timings: options.timings,
+  });
+
+  let uapi: UapiServer | undefined;
+  let finish!: (code: number) => void;
+  const finished = new Promise<number>((resolve) => { finish = resolve; });
+  let stopping = false;
+  const stop = (why: string, code = 0) => {
+    if (stopping) return;
+    stopping = true;
+    log.verbose(`shutting down: ${why}`);
+    void (async () => {
+      try {
+        await uapi?.close();
+        await device.close();
+      } catch (err) {
+        log.error(`error while shutting down: ${(err as Error).message}`);
+      }
+      finish(code);
+    })();
+  };
+
+  try {
+    await device.start(0);
+    uapi = await startUapiServer(tun.name, createUapiHandler(device, { log: (m) => log.verbose(m) }), {
+      dir: options.socketDir,
+      onSocketDeleted: () => stop('control socket deleted'),
+      log: (m) => log.verbose(m),
+    });
+  } catch (err) {
+    await device.close().catch(() => {});
+    throw err;
+  }
+  tun.onClose(() => stop('interface removed'));
+  const onSignal = (signal: NodeJS.Signals) => stop(`received ${signal}`);
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  log.verbose(`interface ${tun.name} is up; control socket ${uapi.path}`);
+  options.onReady?.();
+
+  const code = await finished;
+  process.off('SIGINT', onSignal);
+  process.off('SIGTERM', onSignal);
+  return code;
+}

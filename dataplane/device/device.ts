@@ -1,0 +1,125 @@
+/**
+ * Device: the protocol core wired to a TUN device, a UDP bind and a crypto pool.
+ *
+ *   TUN read (batch) -> OutboundPipeline (send.ts) -> sealed datagrams -> bind.send
+ *   bind receive -> InboundPipeline (receive.ts) -> decrypted packets -> TUN write
+ *
+ * With `threads: 0` there is no pool: packets go through the core's single-threaded path
+ * (core.sendPacket / core.receiveDatagram), which copies less and suits one-core hosts.
+ *
+ * The device depends only on the narrow Tun, Bind and CryptoPool interfaces, so tests run it over
+ * in-memory doubles. It also implements what the control socket needs beyond the core
+ * (listen port, fwmark).
+ */
+import { WireGuardCore } from '../core.ts';
+import { systemClock, type Clock } from '../clock.ts';
+import type { Timings } from '../constants.ts';
+import type { Crypto } from '../crypto/primitives.ts';
+import type { Bind } from '../bind/bind.ts';
+import type { Tun } from '../tun/tun.ts';
+import { silentLogger, type Logger } from '../log.ts';
+import { WorkerCryptoPool, type CryptoPool } from '../pool/crypto-pool.ts';
+import { BatchPool, slotSizeForMtu } from '../pool/packet-batch.ts';
+import { OutboundPipeline } from './send.ts';
+import { InboundPipeline } from './receive.ts';
+
+/** How often the timer rules are evaluated; their resolution is far coarser than this. */
+const TICK_INTERVAL_MS = 100;
+
+export interface DeviceOptions {
+  tun: Tun;
+  bind: Bind;
+  crypto: Crypto;
+  clock?: Clock;
+  logger?: Logger;
+  /** Shortened protocol timers, for tests only. */
+  timings?: Partial<Timings>;
+  /** Crypto worker threads; 0 = seal and open on the main thread. */
+  threads?: number;
+  /** A ready-made pool (tests); overrides `threads`. */
+  pool?: CryptoPool;
+}
+
+export class Device {
+  readonly core: WireGuardCore;
+  readonly tun: Tun;
+  readonly bind: Bind;
+  readonly logger: Logger;
+  fwmark = 0;
+  private ticker: ReturnType<typeof setInterval> | undefined;
+  private readonly single: Uint8Array[] = [new Uint8Array(0)];
+  private closed = false;
+  readonly pool: CryptoPool | undefined;
+  private readonly outbound: OutboundPipeline | undefined;
+  private readonly inbound: InboundPipeline | undefined;
+
+  constructor(options: DeviceOptions) {
+    this.tun = options.tun;
+    this.bind = options.bind;
+    this.logger = options.logger ?? silentLogger;
+    this.core = new WireGuardCore({
+      crypto: options.crypto,
+      clock: options.clock ?? systemClock,
+      mtu: options.tun.mtu,
+      timings: options.timings,
+      outputs: {
+        sendDatagram: (to, datagram) => this.bind.send(to, datagram),
+        deliverPacket: (packet) => {
+          this.single[0] = packet;
+          this.tun.write(this.single, 1);
+        },
+        endpointChanged: (peer, endpoint) => this.logger.verbose(`peer(${peer.name}) - endpoint is now ${endpoint}`),
+        handshakeCompleted: (peer) => this.logger.verbose(`peer(${peer.name}) - handshake completed, keys ready`),
+      },
+    });
+    const threads = options.threads ?? 0;
+    this.pool = options.pool ?? (threads > 0 ? new WorkerCryptoPool(threads) : undefined);
+    if (this.pool) {
+      const batches = new BatchPool(slotSizeForMtu(Math.max(this.tun.mtu, 1500)));
+      this.outbound = new OutboundPipeline(this.core, this.bind, this.pool, batches);
+      this.inbound = new InboundPipeline(this.core, this.pool, batches);
+      const inbound = this.inbound;
+      this.bind.onReceive((datagram, source) => inbound.receive(datagram, source));
+    } else {
+      this.bind.onReceive((datagram, source) => this.core.receiveDatagram(datagram, source));
+    }
+  }
+
+  /** Opens the UDP port (0 = any), starts reading the TUN and running timers. */
+  async start(listenPort = 0): Promise<void> {
+    await this.bind.open(listenPort);
+    const outbound = this.outbound;
+    this.tun.start(outbound
+      ? (packets, count) => outbound.handle(packets, count)
+      : (packets, count) => { for (let i = 0; i < count; i++) this.core.sendPacket(packets[i]); });
+    this.ticker = setInterval(() => this.core.tick(), TICK_INTERVAL_MS);
+    this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, crypto threads ${this.pool?.threads ?? 0}`);
+  }
+
+  get listenPort(): number {
+    return this.bind.port;
+  }
+
+  /** Rebinds the UDP sockets; rejects (code EADDRINUSE) when the port is taken. */
+  async setListenPort(port: number): Promise<void> {
+    if (port === this.bind.port) return;
+    await this.bind.open(port);
+    this.logger.verbose(`UDP port is now ${this.bind.port}`);
+  }
+
+  /** The firewall mark on outgoing datagrams (0 = none), applied to both UDP sockets. */
+  async setFwmark(mark: number): Promise<void> {
+    await this.bind.setMark(mark);
+    this.fwmark = mark;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.ticker) clearInterval(this.ticker);
+    for (const peer of [...this.core.peers]) this.core.removePeer(peer.publicKey);
+    this.tun.close();
+    await this.bind.close();
+    await this.pool?.close();
+  }
+}

@@ -1,0 +1,129 @@
+/**
+ * The inbound pipeline (wireguard-go's receive.go, in stages):
+ *
+ *   UDP datagrams of one event-loop turn -> handshake messages: straight to the core (main thread)
+ *                                        -> transport data: receiver index -> keypair, copied into
+ *                                           a shared-memory batch per keypair (main thread)
+ *   -> open the batch in a crypto worker, in place
+ *   -> per peer, in arrival order: replay window, key confirmation, timers, roaming, padding,
+ *      allowed-IPs source check, TUN write (core.finishTransport, main thread)
+ *
+ * node:dgram hands over one datagram per callback; everything that arrives before the next
+ * "check" phase of the event loop (setImmediate) forms one batch.
+ */
+import type { WireGuardCore, IncomingTransport, Peer } from '../core.ts';
+import type { Endpoint } from '../net/endpoint.ts';
+import type { CryptoPool } from '../pool/crypto-pool.ts';
+import type { Keypair } from '../session/keypair.ts';
+import { BatchPool, BATCH_CAPACITY, type PacketBatch } from '../pool/packet-batch.ts';
+import { MESSAGE_TRANSPORT, TRANSPORT_MIN_SIZE } from '../noise/messages.ts';
+
+interface InboundBatch {
+  peer: Peer;
+  keypair: Keypair;
+  batch: PacketBatch;
+  /** Datagram length and source of each slot (kept for counters and roaming). */
+  sizes: number[];
+  sources: Endpoint[];
+}
+
+export class InboundPipeline {
+  private readonly filling = new Map<Keypair, InboundBatch>();
+  private readonly inOrder = new WeakMap<Peer, Promise<void>>();
+  private readonly scratch: IncomingTransport = { peer: null, keypair: null, counter: 0 };
+  private flushScheduled = false;
+  private readonly spare: InboundBatch[] = [];
+
+  constructor(
+    private readonly core: WireGuardCore,
+    private readonly pool: CryptoPool,
+    private readonly batches: BatchPool,
+  ) {}
+
+  /** Handles one datagram from the bind. */
+  receive(datagram: Uint8Array, source: Endpoint): void {
+    if (datagram.length < TRANSPORT_MIN_SIZE || datagram[0] !== MESSAGE_TRANSPORT
+      || datagram[1] !== 0 || datagram[2] !== 0 || datagram[3] !== 0 || datagram.length > this.batches.slotSize) {
+      // Handshakes, cookie replies, malformed and oversized messages: the core handles them at once.
+      this.core.receiveDatagram(datagram, source);
+      return;
+    }
+    const incoming = this.scratch;
+    if (!this.core.beginTransport(datagram, incoming)) return;
+    const keypair = incoming.keypair!;
+    let pending = this.filling.get(keypair);
+    if (!pending) {
+      pending = this.newBatch(incoming.peer!, keypair);
+      this.filling.set(keypair, pending);
+    }
+    const { batch } = pending;
+    const i = batch.count++;
+    batch.slot(i).set(datagram);
+    batch.lengths[i] = datagram.length;
+    batch.counters[i] = incoming.counter;
+    pending.sizes[i] = datagram.length;
+    pending.sources[i] = source;
+    if (batch.full) {
+      this.filling.delete(keypair);
+      this.dispatch(pending);
+    } else if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(this.flush);
+    }
+  }
+
+  private newBatch(peer: Peer, keypair: Keypair): InboundBatch {
+    const reused = this.spare.pop();
+    if (reused) {
+      reused.peer = peer;
+      reused.keypair = keypair;
+      reused.batch = this.batches.acquire();
+      return reused;
+    }
+    return {
+      peer, keypair, batch: this.batches.acquire(),
+      sizes: new Array<number>(BATCH_CAPACITY).fill(0),
+      sources: new Array<Endpoint>(BATCH_CAPACITY),
+    };
+  }
+
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    for (const pending of this.filling.values()) this.dispatch(pending);
+    this.filling.clear();
+  };
+
+  private dispatch(pending: InboundBatch): void {
+    const opened = this.pool.open(pending.batch, pending.keypair.receiveKey);
+    const previous = this.inOrder.get(pending.peer);
+    const done = (previous ? Promise.all([previous, opened]) : opened).then(
+      () => this.deliver(pending),
+      () => {
+        this.core.drops.count('crypto-worker-failed', pending.batch.count);
+        this.recycle(pending);
+      },
+    );
+    this.inOrder.set(pending.peer, done);
+  }
+
+  /** The ordered step: everything that must see packets in the order they arrived. */
+  private deliver(pending: InboundBatch): void {
+    const { peer, keypair, batch, sizes, sources } = pending;
+    for (let i = 0; i < batch.count; i++) {
+      const length = batch.lengths[i];
+      if (length < 0) {
+        this.core.drops.count('decryption-failed');
+        continue;
+      }
+      const slot = batch.slot(i);
+      this.core.finishTransport(peer, keypair, batch.counters[i], slot.subarray(16, 16 + length), sizes[i], sources[i]);
+    }
+    this.recycle(pending);
+  }
+
+  private recycle(pending: InboundBatch): void {
+    this.batches.release(pending.batch);
+    pending.sources.fill(undefined as unknown as Endpoint, 0, pending.batch.count);
+    if (this.spare.length < 64) this.spare.push(pending);
+  }
+}

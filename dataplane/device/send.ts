@@ -1,0 +1,101 @@
+/**
+ * The outbound pipeline (wireguard-go's send.go, in stages):
+ *
+ *   TUN batch -> route each packet by allowed IPs (main thread)
+ *             -> group per peer into a shared-memory batch, assign nonces in order (main thread)
+ *             -> seal the batch in a crypto worker, in place
+ *             -> per peer, in order: send the datagrams, run the timer hooks (main thread)
+ *
+ * Packets for a peer without a usable session take the core's staging path instead (a handshake
+ * starts; they leave once it completes).
+ */
+import type { WireGuardCore, Peer } from '../core.ts';
+import type { Bind } from '../bind/bind.ts';
+import type { CryptoPool } from '../pool/crypto-pool.ts';
+import type { Keypair } from '../session/keypair.ts';
+import { BatchPool, type PacketBatch } from '../pool/packet-batch.ts';
+
+interface PendingBatch {
+  peer: Peer;
+  keypair: Keypair;
+  batch: PacketBatch;
+}
+
+export class OutboundPipeline {
+  /** Batches being filled during this TUN read, one per peer. */
+  private readonly filling = new Map<Peer, PendingBatch>();
+  /** Per peer, the promise of its last batch's sending: the next batch sends after it. */
+  private readonly inOrder = new WeakMap<Peer, Promise<void>>();
+
+  constructor(
+    private readonly core: WireGuardCore,
+    private readonly bind: Bind,
+    private readonly pool: CryptoPool,
+    private readonly batches: BatchPool,
+  ) {}
+
+  /** Handles one batch of packets read from the TUN device. */
+  handle(packets: Uint8Array[], count: number): void {
+    const now = this.core.clock.now();
+    const room = this.batches.slotSize - 32 - 15;
+    for (let i = 0; i < count; i++) {
+      const packet = packets[i];
+      const peer = this.core.route(packet);
+      if (!peer) continue;
+      let pending = this.filling.get(peer);
+      if (!pending) {
+        const keypair = packet.length <= room ? peer.sendableKeypair(now) : null;
+        if (!keypair) {
+          peer.sendPacket(packet); // staging path: handshake first, or oversized
+          continue;
+        }
+        pending = { peer, keypair, batch: this.batches.acquire() };
+        this.filling.set(peer, pending);
+      } else if (packet.length > room) {
+        peer.sendPacket(packet);
+        continue;
+      }
+      const batch = pending.batch;
+      batch.slot(batch.count).set(packet, 16);
+      batch.lengths[batch.count] = packet.length;
+      batch.count++;
+      if (batch.full) {
+        this.dispatch(pending);
+        this.filling.delete(peer);
+      }
+    }
+    for (const pending of this.filling.values()) this.dispatch(pending);
+    this.filling.clear();
+  }
+
+  /** Reserves nonces in order, hands the batch to a worker and queues its sending behind the peer's previous batch. */
+  private dispatch({ peer, keypair, batch }: PendingBatch): void {
+    const first = keypair.sendNonce;
+    keypair.sendNonce += batch.count;
+    for (let i = 0; i < batch.count; i++) batch.counters[i] = first + i;
+    let sentData = false;
+    for (let i = 0; i < batch.count; i++) if (batch.lengths[i] > 0) { sentData = true; break; }
+    const sealed = this.pool.seal(batch, keypair.sendKey, keypair.remoteIndex, this.core.mtu);
+    const previous = this.inOrder.get(peer);
+    const done = (previous ? Promise.all([previous, sealed]) : sealed).then(
+      () => this.transmit(peer, batch, sentData),
+      () => { this.core.drops.count('crypto-worker-failed', batch.count); this.batches.release(batch); },
+    );
+    this.inOrder.set(peer, done);
+  }
+
+  private transmit(peer: Peer, batch: PacketBatch, sentData: boolean): void {
+    const endpoint = peer.endpoint;
+    if (endpoint) {
+      for (let i = 0; i < batch.count; i++) {
+        const length = batch.lengths[i];
+        this.bind.send(endpoint, batch.slot(i).subarray(0, length));
+        peer.txBytes += length;
+      }
+      peer.packetsSent(this.core.clock.now(), sentData);
+    } else {
+      this.core.drops.count('no-endpoint', batch.count);
+    }
+    this.batches.release(batch);
+  }
+}

@@ -1,0 +1,31 @@
+/**
+ * Logging for the data plane daemon, with wireguard-go's LOG_LEVEL values:
+ * `verbose` (or `debug`) logs everything, `error` only errors (the default), `silent` nothing.
+ * Keys never reach a log line: peers are named by the short form of their public key.
+ */
+export type LogLevel = 'silent' | 'error' | 'verbose';
+
+export interface Logger {
+  error(message: string): void;
+  verbose(message: string): void;
+}
+
+export function parseLogLevel(value: string | undefined): LogLevel {
+  switch ((value ?? '').toLowerCase()) {
+    case '': case 'error': return 'error';
+    case 'verbose': case 'debug': return 'verbose';
+    case 'silent': return 'silent';
+    default: throw new Error(`LOG_LEVEL must be verbose, debug, error or silent, got ${JSON.stringify(value)}`);
+  }
+}
+
+export function createLogger(level: LogLevel, prefix: string, write: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Logger {
+  const stamp = () => new Date().toISOString();
+  const noop = () => {};
+  return {
+    error: level === 'silent' ? noop : (m) => write(`ERROR: (${prefix}) ${stamp()} ${m}`),
+    verbose: level === 'verbose' ? (m) => write(`DEBUG: (${prefix}) ${stamp()} ${m}`) : noop,
+  };
+}
+
+export const silentLogger: Logger = { error: () => {}, verbose: () => {} };

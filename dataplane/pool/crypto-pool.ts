@@ -1,0 +1,76 @@
+/**
+ * Where transport encryption runs: a pool of worker threads (piscina), or inline on the main
+ * thread. Both seal/open whole batches in place; the device awaits the returned promises per
+ * peer in order, so packets leave and arrive in the order they came.
+ */
+import { availableParallelism } from 'node:os';
+import { Piscina } from 'piscina';
+import type { Crypto } from '../crypto/primitives.ts';
+import { openBatch, sealBatch } from './batch-crypto.ts';
+import type { PacketBatch } from './packet-batch.ts';
+import type { CryptoTask } from './crypto-worker.ts';
+
+export interface CryptoPool {
+  readonly threads: number;
+  seal(batch: PacketBatch, key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown>;
+  open(batch: PacketBatch, key: Uint8Array): Promise<unknown>;
+  close(): Promise<void>;
+}
+
+/** Runs the batch work on the calling thread (threads = 0). */
+export class InlineCryptoPool implements CryptoPool {
+  readonly threads = 0;
+  private static readonly done = Promise.resolve();
+  constructor(private readonly crypto: Crypto) {}
+  seal(batch: PacketBatch, key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown> {
+    sealBatch(this.crypto, key, receiverIndex, mtu, batch);
+    return InlineCryptoPool.done;
+  }
+  open(batch: PacketBatch, key: Uint8Array): Promise<unknown> {
+    openBatch(this.crypto, key, batch);
+    return InlineCryptoPool.done;
+  }
+  async close(): Promise<void> {}
+}
+
+export class WorkerCryptoPool implements CryptoPool {
+  private readonly piscina: Piscina;
+
+  constructor(readonly threads: number = availableParallelism()) {
+    if (!Number.isInteger(threads) || threads < 1) throw new Error(`crypto worker threads must be >= 1, got ${threads}`);
+    this.piscina = new Piscina({
+      filename: new URL('./crypto-worker-entry.mjs', import.meta.url).href,
+      minThreads: threads,
+      maxThreads: threads,
+      idleTimeout: Infinity,
+    });
+  }
+
+  private run(batch: PacketBatch, op: 'seal' | 'open', key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown> {
+    const task: CryptoTask = {
+      op, key, receiverIndex, mtu,
+      data: batch.data.buffer as SharedArrayBuffer,
+      lengths: batch.lengths.buffer as SharedArrayBuffer,
+      counters: batch.counters.buffer as SharedArrayBuffer,
+      slotSize: batch.slotSize,
+      count: batch.count,
+    };
+    return this.piscina.run(task);
+  }
+
+  seal(batch: PacketBatch, key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown> {
+    return this.run(batch, 'seal', key, receiverIndex, mtu);
+  }
+
+  open(batch: PacketBatch, key: Uint8Array): Promise<unknown> {
+    return this.run(batch, 'open', key, 0, 0);
+  }
+
+  get queueDepth(): number {
+    return this.piscina.queueSize;
+  }
+
+  async close(): Promise<void> {
+    await this.piscina.destroy();
+  }
+}
