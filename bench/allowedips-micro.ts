@@ -9,22 +9,13 @@
  */
 import { AllowedIps } from '../dataplane/allowedips/allowedips.ts';
 import { maskAddress, type Prefix } from '../dataplane/net/ip.ts';
+import { prng } from '../test/helpers/prng.ts';
 
 const TABLE_SIZES = [1, 1000, 100_000];
 const PACKETS = 1 << 18;
 const RUNS = 7;
 const MIN_RUN_MS = 200;
 
-function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let x = state;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Peer { readonly id: number }
 

@@ -2,6 +2,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { AllowedIps } from '../../dataplane/allowedips/allowedips.ts';
 import { formatPrefix, maskAddress, parseIp, parsePrefix, type Prefix } from '../../dataplane/net/ip.ts';
+import { prng } from '../helpers/prng.ts';
 
 interface Peer { readonly name: string }
 const peerA: Peer = { name: 'a' };
@@ -319,17 +320,6 @@ describe('AllowedIps packet lookups', () => {
 
 // ---- randomized differential test against a linear longest-prefix search ----
 
-/** mulberry32: small, fast, seedable; good enough to drive test inputs. */
-function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let x = state;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function prefixContains(prefix: Prefix, address: Uint8Array): boolean {
   if (prefix.address.length !== address.length) return false;

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { ManualClock } from '../../dataplane/clock.ts';
 import { parseIp } from '../../dataplane/net/ip.ts';
 import { IDLE_EXPIRY_MS, MAX_ENTRIES, PACKET_BURST, PACKETS_PER_SECOND, RateLimiter } from '../../dataplane/noise/ratelimiter.ts';
+import { prng } from '../helpers/prng.ts';
 
 const COST_MS = 50; // 1/20 s, stated independently of the module
 
@@ -211,17 +212,6 @@ describe('RateLimiter garbage collection and cap', () => {
 
 // ---- randomized differential test against a Map-based model ----
 
-/** mulberry32: small, fast, seedable; good enough to drive test inputs. */
-function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let x = state;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** The same rules with string keys and a Map, written as plainly as possible. */
 class NaiveLimiter {

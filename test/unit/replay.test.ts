@@ -1,6 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { REJECT_AFTER_MESSAGES_SAFE, REPLAY_WINDOW_SIZE, ReplayWindow } from '../../dataplane/session/replay.ts';
+import { prng } from '../helpers/prng.ts';
 
 const W = 8128; // stated independently of the module so a changed constant fails the tests
 const MAX = Number.MAX_SAFE_INTEGER;
@@ -174,17 +175,6 @@ describe('ReplayWindow scripted cases', () => {
 
 // ---- randomized differential test ----
 
-/** mulberry32: small, fast, seedable; good enough to drive test inputs. */
-function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let x = state;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** The rule written out directly: remember every accepted counter in a Set. */
 class NaiveReplayModel {
