@@ -87,6 +87,7 @@ export class Device {
 
   /** Opens the UDP port (0 = any), starts reading the TUN and running timers. */
   async start(listenPort = 0): Promise<void> {
+    await this.pool?.ready; // packets must not wait for crypto workers that are still loading
     await this.bind.open(listenPort);
     const outbound = this.outbound;
     this.tun.start(outbound

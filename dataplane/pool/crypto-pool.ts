@@ -12,6 +12,8 @@ import type { CryptoTask } from './crypto-worker.ts';
 
 export interface CryptoPool {
   readonly threads: number;
+  /** Settles once every worker has loaded (workers load their modules asynchronously). */
+  readonly ready?: Promise<void>;
   seal(batch: PacketBatch, key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown>;
   open(batch: PacketBatch, key: Uint8Array): Promise<unknown>;
   close(): Promise<void>;
@@ -35,6 +37,7 @@ export class InlineCryptoPool implements CryptoPool {
 
 export class WorkerCryptoPool implements CryptoPool {
   private readonly piscina: Piscina;
+  readonly ready: Promise<void>;
 
   constructor(readonly threads: number = availableParallelism()) {
     if (!Number.isInteger(threads) || threads < 1) throw new Error(`crypto worker threads must be >= 1, got ${threads}`);
@@ -44,6 +47,12 @@ export class WorkerCryptoPool implements CryptoPool {
       maxThreads: threads,
       idleTimeout: Infinity,
     });
+    // One empty task per worker: each runs only once its worker has loaded the crypto module.
+    // Terminating a worker in the middle of loading a native addon (koffi) aborts the process,
+    // so close() waits for this too.
+    const empty = { data: new SharedArrayBuffer(0), lengths: new SharedArrayBuffer(0), counters: new SharedArrayBuffer(0), slotSize: 0, count: 0 };
+    this.ready = Promise.all(Array.from({ length: threads }, () => this.piscina.run({ op: 'seal', key: new Uint8Array(32), receiverIndex: 0, mtu: 0, ...empty } satisfies CryptoTask)))
+      .then(() => {}, () => {});
   }
 
   private run(batch: PacketBatch, op: 'seal' | 'open', key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown> {
@@ -71,6 +80,7 @@ export class WorkerCryptoPool implements CryptoPool {
   }
 
   async close(): Promise<void> {
+    await this.ready;
     await this.piscina.destroy();
   }
 }

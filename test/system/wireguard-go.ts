@@ -1,13 +1,16 @@
 /**
- * Debian's wireguard-go as a reference peer in a network namespace.
+ * Userspace WireGuard daemons as peers in a network namespace, driven only with `wg`.
  *
- * `wireguard-go -f IFNAME` is spawned inside the namespace (its TUN lives there; its control
- * socket is /var/run/wireguard/IFNAME.sock, shared by all namespaces, hence unique names). It is
- * configured only with `wg` (`ip netns exec NS wg set …`), addressed and brought up with `ip`,
- * inspected with `wg show IFNAME dump`, and stopped by pid. Keys come from `wg genkey`/`wg pubkey`;
- * key files live in a private temporary directory (files mode 0600) removed at cleanup.
+ * {@link WgDaemon} runs any wireguard-go-compatible daemon (`DAEMON -f IFNAME`) in the foreground
+ * inside a namespace (its TUN lives there; its control socket is /var/run/wireguard/IFNAME.sock,
+ * shared by all namespaces, hence unique names). It is configured only with `wg`
+ * (`ip netns exec NS wg set …`), addressed and brought up with `ip`, inspected with
+ * `wg show IFNAME dump`, stopped by pid and restarted under the same name. {@link WireGuardGo} is
+ * Debian's wireguard-go; test/system/userspace-wg.ts adds roamguard under Node.js and Bun.
+ * Keys come from `wg genkey`/`wg pubkey`; key files live in a private temporary directory (files
+ * mode 0600) removed at cleanup.
  */
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { run, uniqueName, waitFor, WG_SOCKET_DIR, type Namespace, type NsProcess, type RunResult, type Scope } from './netns.ts';
 
@@ -123,57 +126,93 @@ export function parseDump(text: string): Dump {
 export interface StartOptions {
   /** Interface name; default a unique `rg…` name. At most 15 characters. */
   ifname?: string;
-  /** wireguard-go log level (LOG_LEVEL): 'verbose' | 'error' | 'silent'. Default 'error'. */
+  /** The daemon's LOG_LEVEL: 'verbose' | 'debug' | 'error' | 'silent'. Default: $LOG_LEVEL, else 'error'. */
   logLevel?: 'verbose' | 'debug' | 'error' | 'silent';
   /** How long to wait for the TUN and the control socket. Default 5000 ms. */
   startTimeoutMs?: number;
+  /** Extra environment for the daemon process. */
+  env?: Record<string, string>;
+  /** Bytes of the daemon's stdout/stderr kept for diagnostics and log checks. Default 64 KiB each. */
+  keepOutputBytes?: number;
 }
 
-/** One wireguard-go process with its TUN `ifname` in namespace `ns`. */
-export class WireGuardGo {
-  private keyFileCount = 0;
+/** How to start one userspace WireGuard daemon in the foreground for interface `ifname`. */
+export interface LaunchSpec {
+  command: string;
+  args: readonly string[];
+  env: Record<string, string>;
+  /** Name used in messages, e.g. `wireguard-go rgab12cd`. */
+  label: string;
+}
 
-  private constructor(
+/**
+ * Any wireguard-go-compatible userspace WireGuard daemon (`DAEMON -f IFNAME`) with its TUN
+ * `ifname` in namespace `ns`, run in the foreground so the test owns its pid.
+ *
+ * The daemon is spawned inside the namespace (its TUN lives there; its control socket is
+ * /var/run/wireguard/IFNAME.sock, shared by all namespaces, hence unique names). It is configured
+ * only with `wg` (`ip netns exec NS wg set …`), addressed and brought up with `ip`, inspected with
+ * `wg show IFNAME dump`, and stopped by pid. Every configuration step (`configure`, `removePeer`,
+ * `addAddress`, `setMtu`, `up`) is recorded so {@link restart} can replay it on the new process.
+ */
+export class WgDaemon {
+  private keyFileCount = 0;
+  private current: NsProcess | undefined;
+  /** Configuration steps in order, replayed after a restart. */
+  private readonly steps: Array<() => Promise<void>> = [];
+  private readonly keyDir: string;
+
+  protected constructor(
     readonly scope: Scope,
     readonly ns: Namespace,
     readonly ifname: string,
-    readonly process: NsProcess,
-    private readonly keyDir: string,
-  ) {}
+    private readonly spec: LaunchSpec,
+    private readonly options: StartOptions,
+  ) {
+    if (ifname.length > 15) throw new Error(`interface name too long: ${ifname}`);
+    this.keyDir = scope.tempDir('roamguard-wg-keys-');
+    // Registered before any process: cleanup runs in reverse, so the socket is removed after the stop.
+    scope.removeFileAtCleanup(this.socketPath);
+  }
 
   /** Path of the UAPI control socket. */
   get socketPath(): string {
     return join(WG_SOCKET_DIR, `${this.ifname}.sock`);
   }
 
+  /** The current daemon process (a new one after each restart). */
+  get process(): NsProcess {
+    if (!this.current) throw new Error(`${this.spec.label} was never started`);
+    return this.current;
+  }
+
+  get label(): string {
+    return this.spec.label;
+  }
+
   /**
-   * Starts `wireguard-go -f IFNAME` inside `ns` and waits until its TUN and control socket exist.
-   * Cleanup (registered in `scope`): stop by pid, then remove the socket if it was left behind.
+   * Spawns the daemon inside the namespace and waits until its TUN and control socket exist.
+   * The process is registered in the scope: stopped by pid at cleanup.
    */
-  static async start(scope: Scope, ns: Namespace, options: StartOptions = {}): Promise<WireGuardGo> {
-    const ifname = options.ifname ?? uniqueName('rg');
-    if (ifname.length > 15) throw new Error(`interface name too long: ${ifname}`);
-    const socketPath = join(WG_SOCKET_DIR, `${ifname}.sock`);
-    if (existsSync(socketPath)) throw new Error(`${socketPath} already exists: interface name ${ifname} is in use`);
-    const keyDir = scope.tempDir('roamguard-wg-keys-');
-    // Registered before the process: cleanup runs in reverse, so the socket is removed after the stop.
-    scope.removeFileAtCleanup(socketPath);
-    const proc = scope.spawn(ns, 'wireguard-go', ['-f', ifname], {
-      env: { LOG_LEVEL: options.logLevel ?? 'error' },
-      label: `wireguard-go ${ifname} in ${ns.name}`,
+  protected async launch(): Promise<void> {
+    if (existsSync(this.socketPath)) throw new Error(`${this.socketPath} already exists: interface name ${this.ifname} is in use`);
+    const proc = this.scope.spawn(this.ns, this.spec.command, this.spec.args, {
+      env: this.spec.env,
+      label: `${this.spec.label} in ${this.ns.name}`,
+      keepOutputBytes: this.options.keepOutputBytes,
     });
-    const wg = new WireGuardGo(scope, ns, ifname, proc, keyDir);
+    this.current = proc;
+    const timeoutMs = this.options.startTimeoutMs ?? 5000;
     try {
       await waitFor(async () => {
         if (!proc.running) throw new Error('exited');
-        if (!existsSync(socketPath)) return false;
-        const link = await ns.ip(['link', 'show', 'dev', ifname], { allowFailure: true });
+        if (!existsSync(this.socketPath)) return false;
+        const link = await this.ns.ip(['link', 'show', 'dev', this.ifname], { allowFailure: true });
         return link.code === 0;
-      }, options.startTimeoutMs ?? 5000, { description: `wireguard-go ${ifname} to create its TUN and control socket` });
+      }, timeoutMs, { description: `${this.spec.label} to create its TUN and control socket` });
     } catch (err) {
       throw new Error(`${(err as Error).message}\n${proc.describe()}`);
     }
-    return wg;
   }
 
   /** Runs `wg ARGS` inside the namespace. */
@@ -186,6 +225,12 @@ export class WireGuardGo {
     const path = join(this.keyDir, `key-${this.keyFileCount++}`);
     writeFileSync(path, `${base64}\n`, { mode: 0o600 });
     return path;
+  }
+
+  /** Runs a configuration step now and records it for {@link restart}. */
+  private async step(apply: () => Promise<void>): Promise<void> {
+    await apply();
+    this.steps.push(apply);
   }
 
   /** Applies a configuration with one `wg set` (peers are added or updated, never removed). */
@@ -203,28 +248,28 @@ export class WireGuardGo {
       }
       if (peer.allowedIps !== undefined) args.push('allowed-ips', peer.allowedIps.join(','));
     }
-    await this.wg(args);
+    await this.step(async () => { await this.wg(args); });
   }
 
   /** Removes a peer (`wg set IFNAME peer KEY remove`). */
   async removePeer(publicKey: string): Promise<void> {
-    await this.wg(['set', this.ifname, 'peer', publicKey, 'remove']);
+    await this.step(async () => { await this.wg(['set', this.ifname, 'peer', publicKey, 'remove']); });
   }
 
   /** Adds an address (CIDR) to the TUN; IPv6 addresses get `nodad`. */
   async addAddress(cidr: string): Promise<void> {
     const args = ['addr', 'add', cidr, 'dev', this.ifname];
     if (cidr.includes(':')) args.push('nodad');
-    await this.ns.ip(args);
+    await this.step(async () => { await this.ns.ip(args); });
   }
 
   async setMtu(mtu: number): Promise<void> {
-    await this.ns.ip(['link', 'set', 'dev', this.ifname, 'mtu', String(mtu)]);
+    await this.step(async () => { await this.ns.ip(['link', 'set', 'dev', this.ifname, 'mtu', String(mtu)]); });
   }
 
   /** Brings the TUN up (wireguard-go then binds its UDP port and starts the peers). */
   async up(): Promise<void> {
-    await this.ns.ip(['link', 'set', 'dev', this.ifname, 'up']);
+    await this.step(async () => { await this.ns.ip(['link', 'set', 'dev', this.ifname, 'up']); });
   }
 
   /** `wg show IFNAME dump`, parsed. */
@@ -236,12 +281,59 @@ export class WireGuardGo {
     return (await this.dump()).peers.find((p) => p.publicKey === publicKey);
   }
 
-  /** Stops the process by pid (SIGTERM, then SIGKILL); wireguard-go removes TUN and socket itself. */
+  /** Stops the process by pid (SIGTERM, then SIGKILL); the daemon removes its TUN and socket itself. */
   async stop(): Promise<void> {
-    await this.process.stop();
+    await this.current?.stop();
+  }
+
+  /**
+   * Stops the daemon by pid, waits until its control socket and TUN are gone (a socket left by a
+   * killed process is removed), starts it again under the same name and, unless `reconfigure` is
+   * false, replays every recorded configuration step (keys, peers, port, addresses, up).
+   */
+  async restart(options: { reconfigure?: boolean } = {}): Promise<void> {
+    await this.stop();
+    const exit = this.current?.exitStatus;
+    if (exit?.signal === 'SIGKILL' && existsSync(this.socketPath)) unlinkSync(this.socketPath);
+    await waitFor(async () => {
+      if (existsSync(this.socketPath)) return false;
+      const link = await this.ns.ip(['link', 'show', 'dev', this.ifname], { allowFailure: true });
+      return link.code !== 0;
+    }, 5000, { description: `${this.spec.label}: control socket and TUN gone after the stop` });
+    await this.launch();
+    if (options.reconfigure ?? true) for (const apply of this.steps) await apply();
   }
 
   describe(): string {
-    return this.process.describe();
+    return this.current ? this.current.describe() : `${this.spec.label} (not started)`;
+  }
+}
+
+/** The LOG_LEVEL a daemon gets: the option, else the test's own $LOG_LEVEL, else 'error'. */
+export function daemonLogLevel(option: StartOptions['logLevel']): string {
+  return option ?? process.env.LOG_LEVEL ?? 'error';
+}
+
+/** Debian's wireguard-go (`wireguard-go -f IFNAME`) as a reference peer. */
+export class WireGuardGo extends WgDaemon {
+  /**
+   * Starts `wireguard-go -f IFNAME` inside `ns` and waits until its TUN and control socket exist.
+   * Cleanup (registered in `scope`): stop by pid, then remove the socket if it was left behind.
+   */
+  static async start(scope: Scope, ns: Namespace, options: StartOptions = {}): Promise<WireGuardGo> {
+    const ifname = options.ifname ?? uniqueName('rg');
+    const daemon = new WireGuardGo(scope, ns, ifname, WireGuardGo.launchSpec(ifname, options), options);
+    await daemon.launch();
+    return daemon;
+  }
+
+  /** `wireguard-go -f IFNAME` with LOG_LEVEL and the extra environment of `options`. */
+  static launchSpec(ifname: string, options: StartOptions = {}): LaunchSpec {
+    return {
+      command: 'wireguard-go',
+      args: ['-f', ifname],
+      env: { ...options.env, LOG_LEVEL: daemonLogLevel(options.logLevel) },
+      label: `wireguard-go ${ifname}`,
+    };
   }
 }
