@@ -14,6 +14,7 @@ const commands: Record<string, () => Promise<Command>> = {
   genkey: async () => (await import('./commands/genkey.ts')).genkey,
   pubkey: async () => (await import('./commands/genkey.ts')).pubkey,
   selftest: async () => (await import('./commands/selftest.ts')).selftest,
+  bench: async () => (await import('./commands/bench.ts')).bench,
 };
 
 async function help(): Promise<void> {

@@ -1,0 +1,102 @@
+/** The shape of a benchmark run's results (the JSON file) and the figures derived per subject. */
+import type { IperfRun, PingResult } from './tools.ts';
+
+export interface RunRecord {
+  direction: 'a-to-b' | 'b-to-a';
+  gbps: number;
+  retransmits: number;
+  /** Payload bytes of the whole run, warm-up included. */
+  totalBytes: number;
+  wallSeconds: number;
+  /** CPU seconds of all tunnel processes (both sides, all threads) during the run. */
+  tunnelCpuSeconds: number;
+  /** CPU seconds per tunnel process during the run, by side. */
+  tunnelCpuBySide: Record<string, number>;
+  /** CPU seconds of processes outside the bench during the run (a lower bound): competing load. */
+  foreignCpuSeconds: number;
+  foreignTop: Array<{ process: string; seconds: number }>;
+  iperf: IperfRun;
+}
+
+export interface ProcessRecord {
+  side: string;
+  comm: string;
+  pid: number;
+  ifname: string;
+  peakRssBytes: number;
+  threads: number;
+}
+
+export interface SubjectResult {
+  id: string;
+  label: string;
+  kind: string;
+  status: 'ok' | 'failed' | 'skipped';
+  /** Why it was skipped or how it failed. */
+  note?: string;
+  info: Record<string, string>;
+  runs: RunRecord[];
+  ping?: Omit<PingResult, 'rttsMs'> & { rttsMs: number[] };
+  processes: ProcessRecord[];
+  /** Goodput of the unrecorded priming transfer (cold start), Gbit/s. */
+  primeGbps?: number;
+  /**
+   * Standing queues outside the tunnel processes, sampled once a second during the A→B runs
+   * (after the warm-up): bytes by place ('tun A qdisc', 'udp B Recv-Q', …), median and max.
+   */
+  queues?: Record<string, { median: number; max: number }>;
+  /** The UDP sockets' receive buffer sizes seen (skmem rb), bytes, by side. */
+  udpReceiveBuffer?: Record<string, number>;
+  /** Kernel counters over the measured runs: UDP per namespace, packets/drops per interface. */
+  counters: Record<string, Record<string, number>>;
+  summary?: SubjectSummary;
+}
+
+export interface SubjectSummary {
+  /** A→B median, min and max of the runs, Gbit/s. */
+  gbps: number;
+  gbpsMin: number;
+  gbpsMax: number;
+  retransmits: number;
+  /** B→A (with --reverse). */
+  reverseGbps?: number;
+  reverseRetransmits?: number;
+  /** Median over the runs of the sender's mean TCP RTT during the transfer (latency under load), ms. */
+  loadedRttMs?: number;
+  rttMedianMs?: number;
+  rttP99Ms?: number;
+  pingLoss?: number;
+  /** Tunnel CPU seconds per 10^9 payload bytes, all runs together; undefined for the raw link. */
+  cpuSecondsPerGB?: number;
+  /** Tunnel CPU use during the runs, percent of one core (both sides together). */
+  cpuPercent?: number;
+  /** The larger VmHWM of the two tunnel processes. */
+  peakRssBytes?: number;
+  /** CPU seconds used by other processes during the runs, per second of run (0.5 = half a core). */
+  foreignCpuLoad: number;
+}
+
+export interface BenchMeta {
+  command: string;
+  started: string;
+  finished: string;
+  elapsedSeconds: number;
+  host: string;
+  kernel: string;
+  cpu: string;
+  cores: number;
+  memoryBytes: number;
+  versions: Record<string, string>;
+  options: {
+    duration: number; omit: number; prime: number; runs: number; pings: number; pingInterval: number; reverse: boolean; quick: boolean; subjects: string[];
+  };
+  topology: string;
+  /** Other processes' CPU use measured for one second before the start, cores (0.5 = half a core). */
+  foreignLoadBefore: number;
+  loadAverage: number[];
+}
+
+export interface BenchResults {
+  meta: BenchMeta;
+  subjects: SubjectResult[];
+}

@@ -1,0 +1,58 @@
+/**
+ * `roamguard bench`: the throughput and latency suite (bench/suite/). Builds its own network
+ * namespaces and removes them afterwards; needs root.
+ */
+import { relative } from 'node:path';
+import type { Command } from '../roamguard.ts';
+import { USAGE, parseBenchArgs, type BenchOptions } from '../../bench/suite/options.ts';
+
+export const bench: Command = {
+  summary: 'benchmark roamguard (Node, Bun) against wireguard-go and the raw link in network namespaces (root)',
+  usage: USAGE,
+  async run(args) {
+    let opts: BenchOptions;
+    try {
+      opts = parseBenchArgs(args);
+    } catch (err) {
+      console.error(`roamguard bench: ${(err as Error).message}`);
+      return 2;
+    }
+    if (process.platform !== 'linux') {
+      console.error(`roamguard bench: needs Linux network namespaces (this is ${process.platform})`);
+      return 1;
+    }
+    if (typeof process.getuid === 'function' && process.getuid() !== 0) {
+      console.error(`roamguard bench: must run as root: it creates network namespaces, a veth pair and TUN interfaces (running as uid ${process.getuid()})`);
+      return 1;
+    }
+    const { requireRoot } = await import('../../test/system/netns.ts');
+    try {
+      await requireRoot({ binaries: ['wg', 'iperf3', 'ping', 'ss'], tun: true });
+    } catch (err) {
+      console.error(`roamguard bench: ${(err as Error).message}`);
+      return 1;
+    }
+    const { runBench } = await import('../../bench/suite/runner.ts');
+    const { renderMarkdown, saveResults } = await import('../../bench/suite/report.ts');
+
+    // Said before the namespace helpers' own handlers run their last-resort cleanup and re-raise.
+    for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+      process.once(signal, () => process.stderr.write(`\nroamguard bench: ${signal}: stopping the tunnel processes and removing the namespaces\n`));
+    }
+
+    const command = ['roamguard', ...(process.env.ROAMGUARD_RUNTIME === 'bun' ? ['--runtime', 'bun'] : []), 'bench', ...args].join(' ');
+    const results = await runBench(opts, command, (line) => process.stderr.write(`${line}\n`));
+    const markdown = renderMarkdown(results);
+    process.stdout.write(`\n${markdown}`);
+    if (opts.outDir) {
+      const paths = saveResults(results, markdown, opts.outDir);
+      process.stderr.write(`\nsaved ${relative(process.cwd(), paths.json) || paths.json} and ${relative(process.cwd(), paths.markdown) || paths.markdown}\n`);
+    }
+    const failed = results.subjects.filter((s) => s.status === 'failed');
+    if (failed.length > 0) {
+      process.stderr.write(`roamguard bench: ${failed.length} subject(s) failed: ${failed.map((s) => s.id).join(', ')}\n`);
+      return 1;
+    }
+    return 0;
+  },
+};
