@@ -18,7 +18,7 @@ import type { Crypto } from '../crypto/primitives.ts';
 import type { Bind } from '../bind/bind.ts';
 import type { Tun } from '../tun/tun.ts';
 import { silentLogger, type Logger } from '../log.ts';
-import { WorkerCryptoPool, type CryptoPool } from '../pool/crypto-pool.ts';
+import { SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../pool/crypto-pool.ts';
 import { BatchPool, slotSizeForMtu } from '../pool/packet-batch.ts';
 import { OutboundPipeline } from './send.ts';
 import { InboundPipeline } from './receive.ts';
@@ -73,7 +73,7 @@ export class Device {
       },
     });
     const threads = options.threads ?? 0;
-    this.pool = options.pool ?? (threads > 0 ? new WorkerCryptoPool(threads) : undefined);
+    this.pool = options.pool ?? (threads > 0 ? new SplitCryptoPool(options.crypto, new WorkerCryptoPool(threads)) : undefined);
     if (this.pool) {
       const batches = new BatchPool(slotSizeForMtu(Math.max(this.tun.mtu, 1500)));
       this.outbound = new OutboundPipeline(this.core, this.bind, this.pool, batches);

@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import type { Crypto } from '../../dataplane/crypto/primitives.ts';
-import { InlineCryptoPool, WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
+import { InlineCryptoPool, SMALL_BATCH, SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import { BatchPool, slotSizeForMtu, type PacketBatch } from '../../dataplane/pool/packet-batch.ts';
 import { sealTransportInPlace } from '../../dataplane/session/transport.ts';
 import { paddedLength } from '../../dataplane/noise/messages.ts';
@@ -75,5 +75,22 @@ describe('crypto pools', () => {
       assert.equal(batch.slot(0)[4], j, 'receiver index written');
       assert.equal(batch.lengths[63], 16 + paddedLength(1000 + j, MTU) + 16);
     }
+  });
+
+  test('split pool: small batches are sealed at once on this thread, large ones in the workers', async () => {
+    const split = new SplitCryptoPool(crypto, workers);
+    const batches = new BatchPool(slotSizeForMtu(MTU));
+    const key = crypto.randomBytes(32);
+    const small = batches.acquire();
+    fill(small, Array.from({ length: SMALL_BATCH - 1 }, () => 100), 0);
+    const smallDone = split.seal(small, key, 1, MTU);
+    assert.equal(small.lengths[0], 16 + 112 + 16, 'sealed before the call returned');
+    await smallDone;
+    const large = batches.acquire();
+    fill(large, Array.from({ length: SMALL_BATCH }, () => 100), 0);
+    const largeDone = split.seal(large, key, 1, MTU);
+    assert.equal(large.lengths[0], 100, 'not sealed yet: a worker has it');
+    await largeDone;
+    assert.equal(large.lengths[0], 16 + 112 + 16);
   });
 });
