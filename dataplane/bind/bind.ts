@@ -1,7 +1,9 @@
 /**
  * The UDP side of the device, behind a narrow interface (wireguard-go calls it a "bind"):
  * one IPv4 and one IPv6 socket on the same port, datagrams in and out with their endpoints.
- * `UdpBind` uses node:dgram (Node and Bun); `MemoryBind` (memory-bind.ts) is the test double.
+ * `UdpBind` uses node:dgram (Node and Bun); `FfiUdpBind` (ffi-udp-bind.ts) owns its sockets through
+ * FFI and batches system calls (sendmmsg/recvmmsg); `MemoryBind` (memory-bind.ts) is the test double.
+ * `createBind` (select-bind.ts) picks one.
  */
 import type { Endpoint } from '../net/endpoint.ts';
 
@@ -18,10 +20,21 @@ export interface Bind {
   open(port: number): Promise<number>;
   /** Sends a datagram; the bytes may be reused by the caller as soon as this returns. */
   send(to: Endpoint, datagram: Uint8Array): void;
+  /**
+   * Optional batched send: `count` datagrams to one endpoint, in this order, with as few system
+   * calls as the bind can manage (FfiUdpBind: one sendmmsg). Datagram i is `lengths[i]` bytes at
+   * byte offset `i * stride` of `data`; entries with a length <= 0 are skipped. This is the layout
+   * of a PacketBatch: `sendBatch(to, batch.data, batch.slotSize, batch.lengths, batch.count)`.
+   * When `data` is a view of a SharedArrayBuffer the kernel reads the datagrams in place, without
+   * a copy. As with send, the bytes may be reused by the caller as soon as this returns.
+   */
+  sendBatch?(to: Endpoint, data: Uint8Array, stride: number, lengths: ArrayLike<number>, count: number): void;
   /** The handler gets each datagram (valid only during the call) with its source. */
   onReceive(handler: (datagram: Uint8Array, source: Endpoint) => void): void;
   /** Sets the firewall mark (SO_MARK) on outgoing datagrams; 0 clears it. Rejects when the kernel refuses. */
   setMark(mark: number): Promise<void>;
+  /** Resolves once receiving really runs (a reader thread may still be starting after open). */
+  ready?(): Promise<void>;
   close(): Promise<void>;
   readonly stats: BindStats;
 }

@@ -6,7 +6,7 @@
 import { availableParallelism } from 'node:os';
 import { selectCrypto } from '../crypto/select.ts';
 import { DEFAULT_MTU, type Timings } from '../constants.ts';
-import { UdpBind } from '../bind/udp-bind.ts';
+import { createBind } from '../bind/select-bind.ts';
 import { openTun } from '../tun/tun.ts';
 import { createLogger, type LogLevel } from '../log.ts';
 import { createUapiHandler } from '../uapi/uapi-device.ts';
@@ -65,7 +65,7 @@ export async function runDaemon(options: DaemonOptions): Promise<number> {
   const tun = await openTun(options.ifname, { mtu: options.mtu ?? DEFAULT_MTU });
   if (options.timings) log.error(`TEST TIMERS IN USE (not for production): ${JSON.stringify(options.timings)}`);
   const device = new Device({
-    tun, bind: new UdpBind(), crypto, logger: log, threads: options.threads ?? defaultThreads(), timings: options.timings,
+    tun, bind: createBind(), crypto, logger: log, threads: options.threads ?? defaultThreads(), timings: options.timings,
   });
 
   let uapi: UapiServer | undefined;

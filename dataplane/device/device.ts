@@ -89,6 +89,7 @@ export class Device {
   async start(listenPort = 0): Promise<void> {
     await this.pool?.ready; // packets must not wait for crypto workers that are still loading
     await this.bind.open(listenPort);
+    await this.bind.ready?.();
     const outbound = this.outbound;
     this.tun.start(outbound
       ? (packets, count) => outbound.handle(packets, count)
@@ -105,6 +106,7 @@ export class Device {
   async setListenPort(port: number): Promise<void> {
     if (port === this.bind.port) return;
     await this.bind.open(port);
+    await this.bind.ready?.();
     this.logger.verbose(`UDP port is now ${this.bind.port}`);
   }
 

@@ -4,7 +4,8 @@
  *   TUN batch -> route each packet by allowed IPs (main thread)
  *             -> group per peer into a shared-memory batch, assign nonces in order (main thread)
  *             -> seal the batch in a crypto worker, in place
- *             -> per peer, in order: send the datagrams, run the timer hooks (main thread)
+ *             -> per peer, in order: send the datagrams (the whole batch in one bind.sendBatch
+ *                when the bind has it), run the timer hooks (main thread)
  *
  * Packets for a peer without a usable session take the core's staging path instead (a handshake
  * starts; they leave once it completes).
@@ -87,10 +88,17 @@ export class OutboundPipeline {
   private transmit(peer: Peer, batch: PacketBatch, sentData: boolean): void {
     const endpoint = peer.endpoint;
     if (endpoint) {
-      for (let i = 0; i < batch.count; i++) {
-        const length = batch.lengths[i];
-        this.bind.send(endpoint, batch.slot(i).subarray(0, length));
-        peer.txBytes += length;
+      const { lengths, count } = batch;
+      if (this.bind.sendBatch) {
+        // The whole batch in one call (FfiUdpBind: one sendmmsg reading the shared slots in place).
+        this.bind.sendBatch(endpoint, batch.data, batch.slotSize, lengths, count);
+        for (let i = 0; i < count; i++) peer.txBytes += lengths[i];
+      } else {
+        for (let i = 0; i < count; i++) {
+          const length = lengths[i];
+          this.bind.send(endpoint, batch.slot(i).subarray(0, length));
+          peer.txBytes += length;
+        }
       }
       peer.packetsSent(this.core.clock.now(), sentData);
     } else {

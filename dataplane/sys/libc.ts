@@ -1,13 +1,15 @@
 /**
  * The few libc calls the Linux TUN device needs and Node.js lacks (ioctl, poll on an arbitrary fd,
- * eventfd, read/write on a raw fd without libuv), bound through a foreign function interface:
- * koffi on Node, bun:ffi on Bun. Both backends expose exactly the {@link Libc} shape, so the code
- * that uses it does not care which runtime it runs on. It is loaded in the main thread (open,
- * ioctl, write) and in the TUN reader worker (poll, read).
+ * eventfd, read/write on a raw fd without libuv), and those of the FFI UDP bind
+ * (bind/ffi-udp-bind.ts: socket options, sendmmsg/recvmmsg), bound through a foreign function
+ * interface: koffi on Node, bun:ffi on Bun. Both backends expose exactly the {@link Libc} shape, so
+ * the code that uses it does not care which runtime it runs on. It is loaded per thread: in the
+ * main thread and again in each reader worker (TUN, UDP).
  *
  * Pointers are Uint8Arrays (also views of a SharedArrayBuffer): the FFI hands the native function
  * the memory of the view itself, honouring byteOffset, without copying. Strings (paths) are passed
- * as NUL-terminated byte arrays, because bun:ffi has no string arguments.
+ * as NUL-terminated byte arrays, because bun:ffi has no string arguments. Pointers stored inside C
+ * structures (iovec, msghdr) are raw addresses obtained with `address()`.
  *
  * Variadic prototypes (open, ioctl) are declared with a fixed third argument: bun:ffi cannot call
  * variadic functions, and on the Linux ABIs we run on (x86-64 System V, AArch64) an integer or
@@ -25,12 +27,30 @@ export const EFD_NONBLOCK = O_NONBLOCK;
 export const EFD_CLOEXEC = O_CLOEXEC;
 
 export const AF_INET = 2;
+export const AF_INET6 = 10;
 export const SOCK_DGRAM = 2;
 export const SOCK_CLOEXEC = O_CLOEXEC;
+export const SOCK_NONBLOCK = O_NONBLOCK;
 export const SOL_SOCKET = 1;
+export const SO_SNDBUF = 7;
+export const SO_RCVBUF = 8;
+/** Like SO_SNDBUF/SO_RCVBUF but past net.core.wmem_max/rmem_max; needs CAP_NET_ADMIN. */
+export const SO_SNDBUFFORCE = 32;
+export const SO_RCVBUFFORCE = 33;
 export const SO_MARK = 36;
+export const IPPROTO_IPV6 = 41;
+export const IPV6_V6ONLY = 26;
+export const MSG_TRUNC = 0x20;
+export const MSG_DONTWAIT = 0x40;
+/** sizeof(struct sockaddr_in) and sizeof(struct sockaddr_in6). */
+export const SOCKADDR_IN_SIZE = 16;
+export const SOCKADDR_IN6_SIZE = 28;
+/** sizeof(struct mmsghdr) (a 56-byte struct msghdr, then unsigned int msg_len, padded) and of struct iovec, on 64-bit Linux. */
+export const MMSGHDR_SIZE = 64;
+export const IOVEC_SIZE = 16;
 
 export const POLLIN = 0x001;
+export const POLLOUT = 0x004;
 export const POLLERR = 0x008;
 export const POLLHUP = 0x010;
 export const POLLNVAL = 0x020;
@@ -42,6 +62,9 @@ export const EBADF = 9;
 export const EAGAIN = 11;
 export const ENODEV = 19;
 export const EINVAL = 22;
+export const EAFNOSUPPORT = 97;
+export const EADDRINUSE = 98;
+export const EADDRNOTAVAIL = 99;
 export const EBADFD = 77;
 /** errno values of a TUN read that mean the device has been detached (deleted) or the fd is unusable. */
 export const DEVICE_GONE_ERRNOS: ReadonlySet<number> = new Set([EBADFD, EIO, ENXIO, ENODEV, EBADF]);
@@ -73,6 +96,26 @@ export interface Libc {
   eventfd(initval: number, flags: number): number;
   socket(domain: number, type: number, protocol: number): number;
   setsockopt(fd: number, level: number, name: number, value: Uint8Array, length: number): number;
+  /** `length` is a socklen_t (4 bytes, host order): in, the room in `value`; out, the option's size. */
+  getsockopt(fd: number, level: number, name: number, value: Uint8Array, length: Uint8Array): number;
+  bind(fd: number, address: Uint8Array, addressLength: number): number;
+  /** `addressLength` as for getsockopt's `length`. */
+  getsockname(fd: number, address: Uint8Array, addressLength: Uint8Array): number;
+  sendto(fd: number, buf: Uint8Array, length: number, flags: number, address: Uint8Array, addressLength: number): number;
+  /**
+   * `msgvec` holds `vlen` struct mmsghdr (MMSGHDR_SIZE bytes each) whose pointers (names, iovecs,
+   * buffers) are raw addresses, see {@link Libc.address}.
+   */
+  sendmmsg(fd: number, msgvec: Uint8Array, vlen: number, flags: number): number;
+  /** As sendmmsg; no timeout (a NULL struct timespec *): use MSG_DONTWAIT on a non-blocking fd. */
+  recvmmsg(fd: number, msgvec: Uint8Array, vlen: number, flags: number): number;
+  /**
+   * The raw address of a view's first byte (byteOffset included), for pointers stored inside
+   * structures (iovec, msghdr). Only meaningful for memory that never moves while in use: take it
+   * of SharedArrayBuffer views only (see the note in bind/ffi-udp-bind.ts) and keep a reference to
+   * the buffer for as long as the kernel may use the address.
+   */
+  address(view: Uint8Array): number;
   /** errno of the calling thread, as left by the last failed call made through this binding. */
   errno(): number;
 }
@@ -81,6 +124,7 @@ export interface Libc {
 interface BunFfi {
   dlopen(path: string, symbols: Record<string, { args: string[]; returns: string }>): { symbols: Record<string, (...args: any[]) => any> };
   read: { i32(pointer: number, offset?: number): number };
+  ptr(view: ArrayBufferView, byteOffset?: number): number;
 }
 
 const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
@@ -114,6 +158,18 @@ async function bindWithKoffi(): Promise<Libc> {
       eventfd: f('int eventfd(unsigned int initval, int flags)'),
       socket: f('int socket(int domain, int type, int protocol)'),
       setsockopt: f('int setsockopt(int fd, int level, int name, const uint8_t *value, unsigned int length)'),
+      getsockopt: f('int getsockopt(int fd, int level, int name, uint8_t *value, uint8_t *length)'),
+      bind: f('int bind(int fd, const uint8_t *address, unsigned int length)'),
+      getsockname: f('int getsockname(int fd, uint8_t *address, uint8_t *length)'),
+      // ssize_t results are at most 64 KiB here: an int holds them, as in the bun:ffi declarations.
+      sendto: f('int sendto(int fd, const uint8_t *buf, size_t length, int flags, const uint8_t *address, unsigned int addressLength)'),
+      sendmmsg: f('int sendmmsg(int fd, uint8_t *msgvec, unsigned int vlen, int flags)'),
+      recvmmsg: (() => {
+        const recvmmsg = f('int recvmmsg(int fd, uint8_t *msgvec, unsigned int vlen, int flags, void *timeout)');
+        return (fd: number, msgvec: Uint8Array, vlen: number, flags: number) => recvmmsg(fd, msgvec, vlen, flags, null);
+      })(),
+      // koffi.address() takes typed arrays (since koffi 2.16) and includes their byteOffset.
+      address: (view: Uint8Array) => Number(koffi.address(view)),
       errno: () => koffi.errno(),
     };
   }
@@ -135,6 +191,12 @@ async function bindWithBunFfi(): Promise<Libc> {
     eventfd: { args: ['u32', 'i32'], returns: 'i32' },
     socket: { args: ['i32', 'i32', 'i32'], returns: 'i32' },
     setsockopt: { args: ['i32', 'i32', 'i32', 'ptr', 'u32'], returns: 'i32' },
+    getsockopt: { args: ['i32', 'i32', 'i32', 'ptr', 'ptr'], returns: 'i32' },
+    bind: { args: ['i32', 'ptr', 'u32'], returns: 'i32' },
+    getsockname: { args: ['i32', 'ptr', 'ptr'], returns: 'i32' },
+    sendto: { args: ['i32', 'ptr', 'u64', 'i32', 'ptr', 'u32'], returns: 'i32' },
+    sendmmsg: { args: ['i32', 'ptr', 'u32', 'i32'], returns: 'i32' },
+    recvmmsg: { args: ['i32', 'ptr', 'u32', 'i32', 'ptr'], returns: 'i32' },
     __errno_location: { args: [], returns: 'ptr' },
   };
   const errors: string[] = [];
@@ -161,6 +223,13 @@ async function bindWithBunFfi(): Promise<Libc> {
       eventfd: s.eventfd as Libc['eventfd'],
       socket: s.socket as Libc['socket'],
       setsockopt: s.setsockopt as Libc['setsockopt'],
+      getsockopt: s.getsockopt as Libc['getsockopt'],
+      bind: s.bind as Libc['bind'],
+      getsockname: s.getsockname as Libc['getsockname'],
+      sendto: s.sendto as Libc['sendto'],
+      sendmmsg: s.sendmmsg as Libc['sendmmsg'],
+      recvmmsg: (fd, msgvec, vlen, flags) => s.recvmmsg(fd, msgvec, vlen, flags, null) as number,
+      address: (view) => ffi.ptr(view),
       errno: () => read.i32(errnoAddress, 0),
     };
   }
@@ -194,7 +263,9 @@ export function errnoError(call: string, errno: number, detail = ''): Error & { 
 
 const ERRNO_NAMES: Record<number, string> = {
   1: 'EPERM', 2: 'ENOENT', 4: 'EINTR', 5: 'EIO', 6: 'ENXIO', 9: 'EBADF', 11: 'EAGAIN', 12: 'ENOMEM', 13: 'EACCES',
-  16: 'EBUSY', 17: 'EEXIST', 19: 'ENODEV', 22: 'EINVAL', 24: 'EMFILE', 77: 'EBADFD', 95: 'EOPNOTSUPP',
+  16: 'EBUSY', 17: 'EEXIST', 19: 'ENODEV', 22: 'EINVAL', 24: 'EMFILE', 77: 'EBADFD', 90: 'EMSGSIZE', 95: 'EOPNOTSUPP',
+  97: 'EAFNOSUPPORT', 98: 'EADDRINUSE', 99: 'EADDRNOTAVAIL', 101: 'ENETUNREACH', 105: 'ENOBUFS', 111: 'ECONNREFUSED',
+  113: 'EHOSTUNREACH',
 };
 
 /**

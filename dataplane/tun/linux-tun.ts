@@ -292,6 +292,12 @@ export class LinuxTun implements Tun {
     if (!worker) return;
     const header = this.ring.header;
     let state = Atomics.compareExchange(header, STATE, STATE_BOOTING, STATE_STOPPED);
+    if (state === STATE_BOOTING) {
+      // The reader has not begun: it will see STOPPED and return by itself. Terminating a worker
+      // that is still loading koffi's native addon aborts the whole process, so we must not.
+      worker.unref();
+      return;
+    }
     if (state === STATE_RUNNING) {
       Atomics.compareExchange(header, STATE, STATE_RUNNING, STATE_STOP_REQUESTED);
       const one = new Uint8Array(8);

@@ -1,0 +1,822 @@
+/**
+ * A Bind that owns its UDP sockets through FFI (libc.ts: koffi on Node, bun:ffi on Bun) and
+ * batches system calls, because node:dgram costs about 11 µs of main-thread time per datagram in
+ * each direction (one libuv request and one JS callback per datagram).
+ *
+ * Sockets. As UdpBind and wireguard-go: an AF_INET socket and an AF_INET6 socket with IPV6_V6ONLY
+ * on the same port; port 0 binds the v4 socket to any port, reads it back with getsockname and
+ * binds v6 to it (another pick, up to 100 times, when that port is taken for v6). Both are
+ * non-blocking and close-on-exec, with 7 MiB socket buffers (SO_RCVBUFFORCE/SO_SNDBUFFORCE first,
+ * which pass net.core.rmem_max/wmem_max with CAP_NET_ADMIN, else the plain options, which the
+ * kernel caps). A host without IPv6 gets the v4 socket only.
+ *
+ * Sending (main thread). `send` is one sendto(2). `sendBatch` (see Bind) hands a whole packet
+ * batch to one sendmmsg(2): the mmsghdr and iovec arrays live in this bind's own long-lived
+ * shared memory, the iovecs point straight into the caller's SharedArrayBuffer (no copy), and the
+ * destination's sockaddr bytes are built once per Endpoint (a WeakMap) and copied into place (one
+ * name for the whole batch). All sends use MSG_DONTWAIT. When the kernel's send buffer is full
+ * (EAGAIN, after a partial sendmmsg or at once), the rest is copied into a per-socket queue that
+ * is retried from the event loop (setImmediate, then every millisecond while the kernel still says
+ * EAGAIN); while a socket's queue is not empty, new datagrams for that socket join its end, so the
+ * order of datagrams is kept. The queue holds at most 4096 datagrams; what does not fit is
+ * dropped and counted in `stats.sendErrors`, as are datagrams the kernel rejects (EMSGSIZE,
+ * EHOSTUNREACH, EPERM from a firewall, ...), which are skipped one by one so the rest still leaves.
+ *
+ * Receiving (worker thread). A reader thread (udp-reader-worker.ts) polls both sockets and fills
+ * a SharedArrayBuffer ring (udp-ring.ts) with recvmmsg(2), datagram bytes, source sockaddr and
+ * length in place; it wakes the main thread (Atomics.waitAsync) once per batch, as the TUN reader
+ * does. The main thread calls the handler for each datagram in arrival order with a view into the
+ * ring (valid during the call) and the source Endpoint, found in a cache keyed by the sockaddr's
+ * address and port (so the text form is parsed once per source, not per datagram). open() does
+ * not wait for the reader to start (the kernel holds what arrives meanwhile; `ready()` waits).
+ * close() stops the reader through an eventfd and the STATE handshake, and closes the sockets only
+ * after the reader has stopped using them (a closed fd number could be reused at once).
+ *
+ * Raw pointers. The iovecs and msghdrs hold raw addresses (libc.address: koffi.address() on
+ * Node, ptr() from bun:ffi on Bun), taken of SharedArrayBuffer memory only, because its backing
+ * store never moves: V8 allocates it outside the JavaScript heap (small ordinary ArrayBuffers can
+ * live on the heap and move; shared ones never do) and frees it only when the last
+ * SharedArrayBuffer object referring to it, in any thread, is collected; JavaScriptCore keeps it in
+ * a separately allocated, reference-counted block. Addresses are therefore cached per
+ * SharedArrayBuffer, and are the same in every thread of the process (the unit tests check that
+ * an address survives forced garbage collections). The caller keeps its buffer alive during a
+ * sendBatch call, which is all the kernel needs: sendmmsg has read the data when it returns.
+ * Batches whose memory is not shared fall back to one sendto per datagram (still no copy: the FFI
+ * passes the view itself).
+ *
+ * Same code on Node and Bun. Layouts (mmsghdr 64 bytes, iovec 16, little-endian) are those of
+ * 64-bit Linux on x86-64 and AArch64.
+ */
+import { Worker } from 'node:worker_threads';
+import { Endpoint } from '../net/endpoint.ts';
+import { formatIp } from '../net/ip.ts';
+import {
+  AF_INET, AF_INET6, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, EAGAIN, EFD_CLOEXEC, EFD_NONBLOCK, EINTR, IOVEC_SIZE, IPPROTO_IPV6,
+  IPV6_V6ONLY, MMSGHDR_SIZE, MSG_DONTWAIT, SOCKADDR_IN6_SIZE, SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET,
+  SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, SO_SNDBUFFORCE, errnoError, loadLibc, type Libc,
+} from '../sys/libc.ts';
+import type { Bind, BindStats } from './bind.ts';
+import type { UdpReaderConfig } from './udp-reader-worker.ts';
+import {
+  LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
+  STATE_STOP_REQUESTED, TRUNCATED, UDP_RING_SLOTS, UDP_SLOT_SIZE, WRITE_SEQ, udpRingOffsets, udpRingViews, type UdpRingViews,
+} from './udp-ring.ts';
+
+/** Socket buffers large enough to absorb bursts between event-loop turns (wireguard-go uses 7 MiB). */
+const SOCKET_BUFFER_BYTES = 7 * 1024 * 1024;
+/** Port 0: the v4 socket picks a port; if v6 cannot take the same one, try again this often. */
+const PORT_PICK_ATTEMPTS = 100;
+/** Received endpoints are built once per source and reused; the cache is dropped when it grows past this. */
+const ENDPOINT_CACHE_LIMIT = 4096;
+/** mmsghdr entries per sendmmsg; bigger batches go in several calls (the kernel's limit is 1024). */
+const TX_CAPACITY = 256;
+/** Datagrams waiting per socket while the kernel's send buffer is full; more are dropped. */
+const SEND_QUEUE_LIMIT = 4096;
+/** How long close() waits for the reader to acknowledge the stop request (normally microseconds). */
+const STOP_TIMEOUT_MS = 2000;
+/** How long ready() waits for the reader thread to start (tsx compiles the worker's modules first under Node). */
+const START_TIMEOUT_MS = 30_000;
+
+/** Atomics.waitAsync (ES2024; Node 20 and Bun have it, the project's lib setting is ES2022). */
+const waitAsync = (Atomics as unknown as {
+  waitAsync(array: Int32Array, index: number, value: number, timeout?: number):
+    { async: false; value: string } | { async: true; value: Promise<string> };
+}).waitAsync.bind(Atomics);
+
+const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
+
+/**
+ * Node runs the TypeScript sources through tsx, whose loader hooks are registered in the main
+ * thread only: a worker first registers them itself, then imports the real entry module (as the
+ * TUN reader does; Bun runs TypeScript natively and starts the entry module directly).
+ */
+const NODE_TS_TRAMPOLINE = `
+const { workerData } = require('node:worker_threads');
+import(workerData.tsxApi)
+  .then((api) => { api.register(); return import(workerData.entry); });
+`;
+
+function resolveTsx(): string | undefined {
+  try {
+    return import.meta.resolve('tsx/esm/api');
+  } catch {
+    return undefined;
+  }
+}
+
+export interface FfiUdpBindOptions {
+  /** Receive ring slots (a power of two; default 512). */
+  slots?: number;
+  /** Bytes per receive slot (default 64 KiB: any datagram fits; larger ones are dropped and counted). */
+  slotSize?: number;
+  /** SO_RCVBUF/SO_SNDBUF (default 7 MiB). */
+  socketBufferBytes?: number;
+  /** The libc binding for the main thread's calls (tests wrap it to inject faults); default loadLibc(). */
+  libc?: Libc;
+}
+
+/** BindStats plus what only this bind knows. */
+export class FfiBindStats implements BindStats {
+  received = 0;
+  sent = 0;
+  sendErrors = 0;
+  /** Wake-ups of the main thread that delivered datagrams (received / batches = the average batch). */
+  batches = 0;
+  #retiredReceiveErrors = 0;
+  #header: Int32Array | undefined;
+  readonly #queues: SendQueue[];
+
+  constructor(queues: SendQueue[]) {
+    this.#queues = queues;
+  }
+
+  /** Failed receives and datagrams too large for a ring slot. */
+  get receiveErrors(): number {
+    const h = this.#header;
+    return this.#retiredReceiveErrors + (h ? Atomics.load(h, READ_ERRORS) + Atomics.load(h, TRUNCATED) : 0);
+  }
+
+  /** Datagrams waiting for room in a socket's send buffer. */
+  get queued(): number {
+    let n = 0;
+    for (const q of this.#queues) n += q.items.length - q.head;
+    return n;
+  }
+
+  /** Follows the ring of a new session. */
+  attach(header: Int32Array): void {
+    this.#header = header;
+  }
+
+  /** Keeps the counts of a closed session's ring. */
+  detach(): void {
+    this.#retiredReceiveErrors = this.receiveErrors;
+    this.#header = undefined;
+  }
+}
+
+interface QueuedDatagram {
+  name: Uint8Array;
+  data: Uint8Array;
+}
+
+class SendQueue {
+  items: QueuedDatagram[] = [];
+  head = 0;
+  get empty(): boolean {
+    return this.head === this.items.length;
+  }
+}
+
+/** The long-lived sendmmsg arguments: TX_CAPACITY mmsghdrs, as many iovecs, one sockaddr. */
+class TxArea {
+  readonly msgs: Uint8Array;
+  readonly msg32: Uint32Array;
+  readonly iov32: Uint32Array;
+  readonly name: Uint8Array;
+  /** For each mmsghdr entry of the current call, the index of its datagram in the caller's batch. */
+  readonly index = new Int32Array(TX_CAPACITY);
+  /** The name length currently written in every mmsghdr (16 or 28). */
+  nameLength = 0;
+
+  constructor(libc: Libc) {
+    const msgsOffset = 0;
+    const iovOffset = TX_CAPACITY * MMSGHDR_SIZE;
+    const nameOffset = iovOffset + TX_CAPACITY * IOVEC_SIZE;
+    const buffer = new SharedArrayBuffer(nameOffset + NAME_SIZE);
+    this.msgs = new Uint8Array(buffer, msgsOffset, TX_CAPACITY * MMSGHDR_SIZE);
+    this.msg32 = new Uint32Array(buffer, msgsOffset, (TX_CAPACITY * MMSGHDR_SIZE) / 4);
+    this.iov32 = new Uint32Array(buffer, iovOffset, (TX_CAPACITY * IOVEC_SIZE) / 4);
+    this.name = new Uint8Array(buffer, nameOffset, NAME_SIZE);
+    const base = libc.address(new Uint8Array(buffer, 0, 1));
+    const view = new DataView(buffer);
+    for (let i = 0; i < TX_CAPACITY; i++) {
+      const msg = msgsOffset + i * MMSGHDR_SIZE;
+      view.setBigUint64(msg, BigInt(base + nameOffset), true); // msg_name
+      view.setBigUint64(msg + 16, BigInt(base + iovOffset + i * IOVEC_SIZE), true); // msg_iov
+      view.setBigUint64(msg + 24, 1n, true); // msg_iovlen
+      // msg_namelen is set per call; msg_control, msg_controllen, msg_flags stay 0.
+    }
+  }
+
+  setNameLength(length: number): void {
+    if (this.nameLength === length) return;
+    for (let i = 0; i < TX_CAPACITY; i++) this.msg32[i * (MMSGHDR_SIZE / 4) + 2] = length;
+    this.nameLength = length;
+  }
+}
+
+/** The struct sockaddr_in / sockaddr_in6 bytes of an endpoint (host byte order family, network order port). */
+function encodeSockaddr(to: Endpoint): Uint8Array {
+  const v4 = to.family === 4;
+  const bytes = new Uint8Array(v4 ? SOCKADDR_IN_SIZE : SOCKADDR_IN6_SIZE);
+  new Uint16Array(bytes.buffer, 0, 1)[0] = v4 ? AF_INET : AF_INET6;
+  bytes[2] = to.port >>> 8;
+  bytes[3] = to.port & 0xff;
+  bytes.set(to.addressBytes, v4 ? 4 : 8); // sin6_flowinfo (4..7) and sin6_scope_id (24..27) stay 0
+  return bytes;
+}
+
+/** One open(): the sockets, the receive ring and its reader thread. */
+class Session {
+  readonly fds: number[];
+  readonly views: UdpRingViews;
+  readonly mask: number;
+  worker: Worker | undefined;
+  /** Settles when the reader thread has exited. */
+  exited: Promise<void> = Promise.resolve();
+  readSeq = 0;
+  pumpScheduled = false;
+  closed = false;
+  /** The reader thread failed (reported once). */
+  failed = false;
+
+  constructor(
+    readonly fd4: number,
+    readonly fd6: number,
+    readonly wakeFd: number,
+    readonly buffer: SharedArrayBuffer,
+    readonly slots: number,
+    readonly slotSize: number,
+  ) {
+    this.fds = fd6 >= 0 ? [fd4, fd6] : [fd4];
+    this.views = udpRingViews(buffer, { slots, slotSize });
+    this.mask = slots - 1;
+  }
+}
+
+interface V6Entry {
+  endpoint: Endpoint;
+  w0: number;
+  w1: number;
+  w2: number;
+  w3: number;
+}
+
+/** Reader threads of this process that have not exited yet (all FfiUdpBinds). */
+let liveReaders = 0;
+
+export class FfiUdpBind implements Bind {
+  port = 0;
+  readonly stats: FfiBindStats;
+
+  /** Reader threads of this process that have not exited yet, for diagnostics and tests. */
+  static get readerThreads(): number {
+    return liveReaders;
+  }
+
+  private readonly slots: number;
+  private readonly slotSize: number;
+  private readonly bufferBytes: number;
+  private readonly ringBytes: number;
+  private libc: Libc | undefined;
+  private tx: TxArea | undefined;
+  private session: Session | undefined;
+  private handler: (datagram: Uint8Array, source: Endpoint) => void = () => {};
+  private mark = 0;
+  /** open/close run one at a time. */
+  private lifecycle: Promise<unknown> = Promise.resolve();
+
+  private readonly sockaddrs = new WeakMap<Endpoint, Uint8Array>();
+  private readonly addresses = new WeakMap<SharedArrayBuffer, number>();
+  private readonly endpoints4 = new Map<number, Endpoint>();
+  private readonly endpoints6 = new Map<number, V6Entry>();
+
+  private readonly queue4 = new SendQueue();
+  private readonly queue6 = new SendQueue();
+  private flushScheduled = false;
+
+  constructor(private readonly options: FfiUdpBindOptions = {}) {
+    this.slots = options.slots ?? UDP_RING_SLOTS;
+    this.slotSize = options.slotSize ?? UDP_SLOT_SIZE;
+    this.bufferBytes = options.socketBufferBytes ?? SOCKET_BUFFER_BYTES;
+    this.ringBytes = udpRingOffsets({ slots: this.slots, slotSize: this.slotSize }).total; // validates the layout early
+    this.stats = new FfiBindStats([this.queue4, this.queue6]);
+  }
+
+  /** The sockets' file descriptors (-1 = none), for diagnostics and tests. */
+  get fileDescriptors(): { v4: number; v6: number } {
+    const s = this.session;
+    return { v4: s?.fd4 ?? -1, v6: s?.fd6 ?? -1 };
+  }
+
+  onReceive(handler: (datagram: Uint8Array, source: Endpoint) => void): void {
+    this.handler = handler;
+  }
+
+  open(port: number): Promise<number> {
+    if (!Number.isInteger(port) || port < 0 || port > 65535) return Promise.reject(new Error(`listen port must be 0..65535, got ${port}`));
+    const run = this.lifecycle.then(() => this.openNow(port));
+    this.lifecycle = run.catch(() => {});
+    return run;
+  }
+
+  close(): Promise<void> {
+    const run = this.lifecycle.then(() => this.closeNow());
+    this.lifecycle = run.catch(() => {});
+    return run;
+  }
+
+  async setMark(mark: number): Promise<void> {
+    if (!Number.isInteger(mark) || mark < 0 || mark > 0xffffffff) throw new RangeError(`bad mark ${mark}`);
+    const s = this.session;
+    if (s && this.libc) this.applyMark(this.libc, s.fds, mark);
+    this.mark = mark;
+  }
+
+  // --- opening and closing ------------------------------------------------------------------------
+
+  private async openNow(port: number): Promise<number> {
+    await this.closeNow();
+    const libc = (this.libc ??= this.options.libc ?? await loadLibc());
+    this.tx ??= new TxArea(libc);
+    const { fd4, fd6, chosen } = this.bindSockets(libc, port);
+    let wakeFd = -1;
+    try {
+      if (this.mark !== 0) this.applyMark(libc, fd6 >= 0 ? [fd4, fd6] : [fd4], this.mark);
+      wakeFd = libc.eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (wakeFd < 0) throw errnoError('eventfd', libc.errno());
+      const buffer = new SharedArrayBuffer(this.ringBytes);
+      const session = new Session(fd4, fd6, wakeFd, buffer, this.slots, this.slotSize);
+      this.startReader(session);
+      this.session = session;
+      this.stats.attach(session.views.header);
+      this.port = chosen;
+      this.waitForData(session);
+      return chosen;
+    } catch (err) {
+      libc.close(fd4);
+      if (fd6 >= 0) libc.close(fd6);
+      if (wakeFd >= 0) libc.close(wakeFd);
+      throw err;
+    }
+  }
+
+  /** Creates and binds both sockets (see the file comment); throws with code EADDRINUSE when the port is taken. */
+  private bindSockets(libc: Libc, port: number): { fd4: number; fd6: number; chosen: number } {
+    for (let attempt = 0; ; attempt++) {
+      const fd4 = this.newSocket(libc, AF_INET);
+      if (fd4 < 0) throw errnoError('socket(AF_INET, SOCK_DGRAM)', libc.errno());
+      let fd6 = -1;
+      try {
+        const any4 = new Uint8Array(SOCKADDR_IN_SIZE);
+        new Uint16Array(any4.buffer, 0, 1)[0] = AF_INET;
+        any4[2] = port >>> 8;
+        any4[3] = port & 0xff;
+        if (libc.bind(fd4, any4, SOCKADDR_IN_SIZE) !== 0) throw errnoError('bind', libc.errno(), `0.0.0.0:${port}`);
+        const chosen = this.localPort(libc, fd4);
+
+        fd6 = this.newSocket(libc, AF_INET6);
+        if (fd6 < 0) {
+          const errno = libc.errno();
+          if (errno === EAFNOSUPPORT) return { fd4, fd6: -1, chosen }; // no IPv6 in this kernel
+          throw errnoError('socket(AF_INET6, SOCK_DGRAM)', errno);
+        }
+        const one = new Uint8Array(4);
+        new Int32Array(one.buffer)[0] = 1;
+        if (libc.setsockopt(fd6, IPPROTO_IPV6, IPV6_V6ONLY, one, 4) !== 0) throw errnoError('setsockopt(IPV6_V6ONLY)', libc.errno());
+        const any6 = new Uint8Array(SOCKADDR_IN6_SIZE);
+        new Uint16Array(any6.buffer, 0, 1)[0] = AF_INET6;
+        any6[2] = chosen >>> 8;
+        any6[3] = chosen & 0xff;
+        if (libc.bind(fd6, any6, SOCKADDR_IN6_SIZE) !== 0) {
+          const errno = libc.errno();
+          libc.close(fd6);
+          fd6 = -1;
+          if (errno === EADDRINUSE && port === 0 && attempt < PORT_PICK_ATTEMPTS) {
+            libc.close(fd4);
+            continue;
+          }
+          // IPv6 disabled on this host (no address to bind): v4 only, as UdpBind does.
+          if (errno === EADDRNOTAVAIL || errno === EAFNOSUPPORT) return { fd4, fd6: -1, chosen };
+          throw errnoError('bind', errno, `[::]:${chosen}`);
+        }
+        return { fd4, fd6, chosen };
+      } catch (err) {
+        libc.close(fd4);
+        if (fd6 >= 0) libc.close(fd6);
+        throw err;
+      }
+    }
+  }
+
+  /** A non-blocking, close-on-exec datagram socket with large buffers, or -1 (errno set). */
+  private newSocket(libc: Libc, family: number): number {
+    const fd = libc.socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return fd;
+    const size = new Uint8Array(4);
+    new Int32Array(size.buffer)[0] = this.bufferBytes;
+    // The FORCE variants need CAP_NET_ADMIN; without it the plain options apply, capped by the sysctls.
+    if (libc.setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, size, 4) !== 0) libc.setsockopt(fd, SOL_SOCKET, SO_RCVBUF, size, 4);
+    if (libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, size, 4) !== 0) libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUF, size, 4);
+    return fd;
+  }
+
+  private localPort(libc: Libc, fd: number): number {
+    const name = new Uint8Array(SOCKADDR_IN6_SIZE);
+    const length = new Uint8Array(4);
+    new Uint32Array(length.buffer)[0] = name.length;
+    if (libc.getsockname(fd, name, length) !== 0) throw errnoError('getsockname', libc.errno());
+    return (name[2] << 8) | name[3];
+  }
+
+  private applyMark(libc: Libc, fds: number[], mark: number): void {
+    const value = new Uint8Array(4);
+    new Uint32Array(value.buffer)[0] = mark;
+    for (const fd of fds) {
+      if (libc.setsockopt(fd, SOL_SOCKET, SO_MARK, value, 4) !== 0) throw errnoError('setsockopt(SO_MARK)', libc.errno());
+    }
+  }
+
+  /**
+   * Starts the reader thread. open() does not wait for it: under Node a worker takes a few hundred
+   * milliseconds to boot (tsx compiles its modules), and meanwhile the kernel keeps what arrives in
+   * the socket buffers. A thread that fails to start is reported like one that fails later.
+   */
+  private startReader(session: Session): void {
+    const config: UdpReaderConfig = {
+      fds: session.fds, wakeFd: session.wakeFd, buffer: session.buffer, slots: session.slots, slotSize: session.slotSize,
+    };
+    const entry = new URL(`./udp-reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
+    const tsxApi = !isBun && entry.pathname.endsWith('.ts') ? resolveTsx() : undefined;
+    const worker = tsxApi
+      ? new Worker(NODE_TS_TRAMPOLINE, { eval: true, workerData: { ...config, entry: entry.href, tsxApi } })
+      : new Worker(entry, { workerData: config });
+    session.worker = worker;
+    liveReaders++;
+    session.exited = new Promise<void>((resolve) => worker.once('exit', () => { liveReaders--; resolve(); }));
+    const header = session.views.header;
+    worker.on('error', (err) => this.readerFailed(session, err instanceof Error ? err : new Error(String(err))));
+    worker.on('exit', (code) => {
+      if (session.closed) return;
+      if (Atomics.load(header, READER_FAILED) === 1) {
+        this.readerFailed(session, errnoError('UDP reader: poll', Atomics.load(header, LAST_ERRNO)));
+      } else {
+        this.readerFailed(session, new Error(`UDP reader thread exited unexpectedly (code ${code})`));
+      }
+    });
+  }
+
+  /**
+   * Resolves once the reader thread runs (received datagrams are then handed over as they come;
+   * before, the kernel holds them). For benchmarks and tests; rejects when the bind is closed or
+   * the thread does not start within 30 s.
+   */
+  async ready(): Promise<void> {
+    for (;;) {
+      const session = this.session;
+      if (!session) throw new Error('the bind is not open');
+      const header = session.views.header;
+      const state = Atomics.load(header, STATE);
+      if (state === STATE_RUNNING) return;
+      if (state !== STATE_BOOTING || session.closed) throw new Error('the UDP reader thread is not running');
+      const waiting = waitAsync(header, STATE, STATE_BOOTING, START_TIMEOUT_MS);
+      if (waiting.async && (await waiting.value) === 'timed-out') {
+        throw new Error(`UDP reader thread did not start within ${START_TIMEOUT_MS} ms`);
+      }
+    }
+  }
+
+  /**
+   * The reader thread failed: nothing will be received any more. Datagrams already in the ring
+   * are delivered, then the error is thrown from a microtask (an uncaught exception: the daemon
+   * must not go on deaf).
+   */
+  private readerFailed(session: Session, err: Error): void {
+    if (session.closed || session.failed) return;
+    session.failed = true;
+    this.pump(session);
+    queueMicrotask(() => { throw err; });
+  }
+
+  /**
+   * Stop handshake with the reader; afterwards it no longer uses the fds. Returns the state the
+   * reader was in: BOOTING (it will return as soon as it has started, without touching the fds),
+   * RUNNING (it has stopped now, or is stuck if STATE is not STOPPED) or STOPPED (it had ended).
+   */
+  private stopReader(session: Session): number {
+    const header = session.views.header;
+    const previous = Atomics.compareExchange(header, STATE, STATE_BOOTING, STATE_STOPPED);
+    if (previous !== STATE_RUNNING && previous !== STATE_STOP_REQUESTED) return previous;
+    Atomics.compareExchange(header, STATE, STATE_RUNNING, STATE_STOP_REQUESTED);
+    const one = new Uint8Array(8);
+    new BigUint64Array(one.buffer)[0] = 1n; // the eventfd counter increment, a host-order u64
+    this.libc!.write(session.wakeFd, one, 8);
+    Atomics.notify(header, READ_SEQ); // in case it waits for room in the ring
+    const deadline = performance.now() + STOP_TIMEOUT_MS;
+    let state: number;
+    while ((state = Atomics.load(header, STATE)) !== STATE_STOPPED && performance.now() < deadline) {
+      Atomics.wait(header, STATE, state, 20);
+    }
+    return STATE_RUNNING;
+  }
+
+  /**
+   * Stops the reader, then closes the sockets. The reader thread is never terminate()d while it
+   * may still be starting: under Node, terminating a worker while it loads koffi's native module
+   * aborts the whole process (a fatal napi_throw during the addon's initialisation). A thread
+   * that was still starting is left to notice the STOPPED state and end by itself.
+   */
+  private async closeNow(): Promise<void> {
+    const session = this.session;
+    this.dropQueued();
+    if (!session) return;
+    const libc = this.libc!;
+    this.session = undefined;
+    this.port = 0;
+    session.closed = true;
+    const header = session.views.header;
+    const previous = this.stopReader(session);
+    if (Atomics.load(header, STATE) !== STATE_STOPPED) {
+      // Stuck (it has not answered within STOP_TIMEOUT_MS, though it was running): the sockets
+      // may only be closed once the thread is gone.
+      await session.worker?.terminate().catch(() => 0);
+      await session.exited;
+    }
+    for (const fd of session.fds) libc.close(fd);
+    libc.close(session.wakeFd);
+    this.stats.detach();
+    Atomics.notify(header, WRITE_SEQ); // settles a pending Atomics.waitAsync of the main thread
+    Atomics.notify(header, STATE); // and of ready()
+    if (previous !== STATE_BOOTING) await session.exited; // a stopped reader ends at once
+  }
+
+  // --- receiving --------------------------------------------------------------------------------------
+
+  private waitForData(session: Session): void {
+    if (session.closed) return;
+    const header = session.views.header;
+    const seen = Atomics.load(header, WRITE_SEQ);
+    if (seen !== session.readSeq) return this.schedulePump(session);
+    Atomics.store(header, MAIN_WAITING, 1);
+    const result = waitAsync(header, WRITE_SEQ, seen);
+    if (result.async) {
+      void result.value.then(() => this.pump(session));
+    } else {
+      Atomics.store(header, MAIN_WAITING, 0);
+      this.schedulePump(session);
+    }
+  }
+
+  /** Runs the pump from the macrotask queue, so a steady stream of datagrams cannot starve other I/O. */
+  private schedulePump(session: Session): void {
+    if (session.pumpScheduled) return;
+    session.pumpScheduled = true;
+    setImmediate(() => this.pump(session));
+  }
+
+  /** Hands every ready datagram to the handler, in order, then waits for more. */
+  private pump(session: Session): void {
+    session.pumpScheduled = false;
+    if (session.closed) return;
+    const { header, lengths, offsets } = session.views;
+    const write = Atomics.load(header, WRITE_SEQ);
+    let seq = session.readSeq;
+    const count = (write - seq) | 0;
+    let failure: unknown;
+    if (count > 0) {
+      const { buffer, mask, slotSize } = session;
+      const handler = this.handler;
+      const stats = this.stats;
+      stats.batches++;
+      for (let i = 0; i < count && !session.closed; i++) {
+        const slot = seq & mask;
+        seq = (seq + 1) | 0;
+        const length = lengths[slot];
+        if (length < 0) continue; // truncated: counted by the reader
+        const source = this.sourceOf(session.views, slot);
+        if (source === undefined) continue;
+        stats.received++;
+        try {
+          handler(new Uint8Array(buffer, offsets.data + slot * slotSize, length), source);
+        } catch (err) {
+          failure ??= err ?? new Error('UDP datagram handler threw a nullish value');
+        }
+      }
+      session.readSeq = write;
+      Atomics.store(header, READ_SEQ, write);
+      Atomics.notify(header, READ_SEQ);
+    }
+    // A throwing handler is a bug in the caller: surface it, with the ring kept consistent.
+    if (failure !== undefined) queueMicrotask(() => { throw failure; });
+    if (Atomics.load(header, STATE) === STATE_STOPPED) return; // the reader is gone (see readerFailed)
+    this.waitForData(session);
+  }
+
+  /** The Endpoint of slot `slot`'s source address, from the cache when this source was seen before. */
+  private sourceOf(views: UdpRingViews, slot: number): Endpoint | undefined {
+    const { names, names16, names32 } = views;
+    const b = slot * NAME_SIZE;
+    const w = b >>> 2;
+    const port = (names[b + 2] << 8) | names[b + 3];
+    const family = names16[b >>> 1];
+    if (family === AF_INET) {
+      const key = names32[w + 1] * 65536 + port;
+      let endpoint = this.endpoints4.get(key);
+      if (endpoint === undefined) {
+        endpoint = new Endpoint(`${names[b + 4]}.${names[b + 5]}.${names[b + 6]}.${names[b + 7]}`, port);
+        if (this.endpoints4.size >= ENDPOINT_CACHE_LIMIT) this.endpoints4.clear();
+        this.endpoints4.set(key, endpoint);
+      }
+      return endpoint;
+    }
+    if (family === AF_INET6) {
+      const w0 = names32[w + 2], w1 = names32[w + 3], w2 = names32[w + 4], w3 = names32[w + 5];
+      let h = Math.imul(port ^ w0, 0x9e3779b1);
+      h = Math.imul(h ^ (h >>> 15) ^ w1, 0x85ebca6b);
+      h = Math.imul(h ^ (h >>> 13) ^ w2, 0xc2b2ae35);
+      h = Math.imul(h ^ (h >>> 16) ^ w3, 0x27d4eb2f);
+      const key = (h ^ (h >>> 15)) >>> 0;
+      const entry = this.endpoints6.get(key);
+      if (entry !== undefined && entry.w0 === w0 && entry.w1 === w1 && entry.w2 === w2 && entry.w3 === w3 && entry.endpoint.port === port) {
+        return entry.endpoint;
+      }
+      const endpoint = new Endpoint(formatIp(names.slice(b + 8, b + 24)), port);
+      if (this.endpoints6.size >= ENDPOINT_CACHE_LIMIT) this.endpoints6.clear();
+      this.endpoints6.set(key, { endpoint, w0, w1, w2, w3 });
+      return endpoint;
+    }
+    return undefined;
+  }
+
+  // --- sending ----------------------------------------------------------------------------------------
+
+  private sockaddrOf(to: Endpoint): Uint8Array {
+    let name = this.sockaddrs.get(to);
+    if (name === undefined) {
+      name = encodeSockaddr(to);
+      this.sockaddrs.set(to, name);
+    }
+    return name;
+  }
+
+  send(to: Endpoint, datagram: Uint8Array): void {
+    const s = this.session;
+    const fd = s === undefined ? -1 : to.family === 4 ? s.fd4 : s.fd6;
+    if (fd < 0) {
+      this.stats.sendErrors++;
+      return;
+    }
+    const name = this.sockaddrOf(to);
+    const queue = to.family === 4 ? this.queue4 : this.queue6;
+    if (!queue.empty) return this.enqueue(queue, name, datagram);
+    const libc = this.libc!;
+    for (;;) {
+      if (libc.sendto(fd, datagram, datagram.length, MSG_DONTWAIT, name, name.length) >= 0) {
+        this.stats.sent++;
+        return;
+      }
+      const errno = libc.errno();
+      if (errno === EINTR) continue;
+      if (errno === EAGAIN) return this.enqueue(queue, name, datagram);
+      this.stats.sendErrors++;
+      return;
+    }
+  }
+
+  sendBatch(to: Endpoint, data: Uint8Array, stride: number, lengths: ArrayLike<number>, count: number): void {
+    // The kernel reads what the iovecs say: only offsets inside `data` may ever reach them.
+    if (!Number.isSafeInteger(stride) || stride < 0) throw new RangeError(`bad stride ${stride}`);
+    const s = this.session;
+    const fd = s === undefined ? -1 : to.family === 4 ? s.fd4 : s.fd6;
+    if (fd < 0) {
+      for (let i = 0; i < count; i++) if (lengths[i] > 0) this.stats.sendErrors++;
+      return;
+    }
+    const buffer = data.buffer;
+    const queue = to.family === 4 ? this.queue4 : this.queue6;
+    if (!queue.empty || !(buffer instanceof SharedArrayBuffer) || data.length === 0) {
+      // Behind queued datagrams (order), or memory that may move: one by one (send copies only what it must queue).
+      for (let i = 0; i < count; i++) {
+        const length = lengths[i];
+        const start = i * stride;
+        if (!(length > 0)) continue;
+        if (start + length > data.length) this.stats.sendErrors++;
+        else this.send(to, data.subarray(start, start + length));
+      }
+      return;
+    }
+    const libc = this.libc!;
+    const tx = this.tx!;
+    let base = this.addresses.get(buffer);
+    if (base === undefined) {
+      base = libc.address(new Uint8Array(buffer, 0, 1));
+      this.addresses.set(buffer, base);
+    }
+    base += data.byteOffset;
+    const name = this.sockaddrOf(to);
+    tx.name.set(name);
+    tx.setNameLength(name.length);
+    const { iov32, index, msgs } = tx;
+    const limit = data.length;
+    const stats = this.stats;
+    let i = 0;
+    while (i < count) {
+      // Fill up to TX_CAPACITY entries: iovec n = datagram i, in place.
+      let n = 0;
+      for (; i < count && n < TX_CAPACITY; i++) {
+        const length = lengths[i] | 0;
+        if (length <= 0) continue;
+        const start = i * stride;
+        if (start + length > limit) { // would make the kernel read past the caller's memory
+          stats.sendErrors++;
+          continue;
+        }
+        const address = base + start;
+        const low = address >>> 0;
+        const v = n << 2;
+        iov32[v] = low;
+        iov32[v + 1] = (address - low) / 4294967296;
+        iov32[v + 2] = length;
+        index[n++] = i;
+      }
+      let done = 0;
+      while (done < n) {
+        const sent = libc.sendmmsg(fd, done === 0 ? msgs : msgs.subarray(done * MMSGHDR_SIZE), n - done, MSG_DONTWAIT);
+        if (sent > 0) {
+          done += sent;
+          stats.sent += sent;
+          continue;
+        }
+        const errno = libc.errno();
+        if (errno === EINTR) continue;
+        if (errno === EAGAIN) {
+          // The send buffer is full: queue copies of the rest, in order.
+          for (let k = done; k < n; k++) {
+            const start = index[k] * stride;
+            this.enqueue(queue, name, data.subarray(start, start + lengths[index[k]]));
+          }
+          for (; i < count; i++) {
+            const length = lengths[i] | 0;
+            const start = i * stride;
+            if (length <= 0) continue;
+            if (start + length > limit) stats.sendErrors++;
+            else this.enqueue(queue, name, data.subarray(start, start + length));
+          }
+          return;
+        }
+        // The kernel refused datagram `done` (too large, unreachable, filtered): skip it, send the rest.
+        stats.sendErrors++;
+        done++;
+      }
+    }
+  }
+
+  /** Queues a copy of a datagram behind the socket's earlier ones (the kernel's send buffer is full). */
+  private enqueue(queue: SendQueue, name: Uint8Array, datagram: Uint8Array): void {
+    if (queue.items.length - queue.head >= SEND_QUEUE_LIMIT) {
+      this.stats.sendErrors++;
+      return;
+    }
+    queue.items.push({ name, data: datagram.slice() });
+    this.scheduleFlush(true);
+  }
+
+  private scheduleFlush(soon: boolean): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    if (soon) setImmediate(this.flush);
+    else setTimeout(this.flush, 1);
+  }
+
+  /** Retries the queued datagrams in order, until the kernel says EAGAIN again. */
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    const s = this.session;
+    if (!s) return this.dropQueued();
+    const libc = this.libc!;
+    let progress = false;
+    let blocked = false;
+    for (const [queue, fd] of [[this.queue4, s.fd4], [this.queue6, s.fd6]] as const) {
+      while (!queue.empty) {
+        const { name, data } = queue.items[queue.head];
+        if (fd >= 0 && libc.sendto(fd, data, data.length, MSG_DONTWAIT, name, name.length) >= 0) {
+          this.stats.sent++;
+          progress = true;
+        } else {
+          const errno = fd >= 0 ? libc.errno() : 0;
+          if (errno === EINTR) continue;
+          if (errno === EAGAIN) {
+            blocked = true;
+            break;
+          }
+          this.stats.sendErrors++;
+        }
+        queue.items[queue.head++] = undefined as unknown as QueuedDatagram;
+      }
+      if (queue.empty) {
+        queue.items.length = 0;
+        queue.head = 0;
+      }
+    }
+    if (blocked) this.scheduleFlush(progress);
+  };
+
+  private dropQueued(): void {
+    for (const queue of [this.queue4, this.queue6]) {
+      this.stats.sendErrors += queue.items.length - queue.head;
+      queue.items.length = 0;
+      queue.head = 0;
+    }
+  }
+}

@@ -1,0 +1,173 @@
+/**
+ * The UDP reader of FfiUdpBind: a worker thread that waits on the bind's (non-blocking) sockets
+ * with poll(2) and drains each ready one with recvmmsg(2) straight into consecutive slots of the
+ * shared ring (udp-ring.ts): datagram bytes, source address and length, up to a whole run of free
+ * slots per system call. It wakes the main thread with Atomics.notify only when the main thread
+ * said it is waiting (MAIN_WAITING), so under load one wake-up carries many datagrams and the
+ * receive system calls run beside the main thread's packet processing.
+ *
+ * Stopping follows the TUN reader (tun/reader-worker.ts): poll also watches an eventfd the main
+ * thread writes to; the main thread sets STATE to STOP_REQUESTED, and the worker answers STOPPED
+ * and touches the sockets no more, after which the main thread closes them.
+ *
+ * Runs under Node (started through a tsx trampoline, see ffi-udp-bind.ts) and Bun alike; libc is
+ * bound again in this thread (koffi or bun:ffi).
+ */
+import { workerData } from 'node:worker_threads';
+import { EAGAIN, EBADF, EINTR, MSG_DONTWAIT, MSG_TRUNC, MMSGHDR_SIZE, IOVEC_SIZE, POLLIN, POLLNVAL, SOCKADDR_IN6_SIZE, loadLibc, type Libc } from '../sys/libc.ts';
+import {
+  LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
+  STATE_STOP_REQUESTED, TRUNCATED, WRITE_SEQ, udpRingViews,
+} from './udp-ring.ts';
+
+export interface UdpReaderConfig {
+  /** The bind's sockets (IPv4 first, then IPv6 when there is one), non-blocking. */
+  fds: number[];
+  /** eventfd the main thread writes to in order to interrupt poll. */
+  wakeFd: number;
+  buffer: SharedArrayBuffer;
+  slots: number;
+  slotSize: number;
+}
+
+/** At most this many datagrams per recvmmsg (the kernel's limit is UIO_MAXIOV = 1024). */
+const MAX_VLEN = 256;
+
+/**
+ * Points slot i's mmsghdr at its name and iovec, and its iovec at its data slot. The addresses are
+ * the shared memory's own: the same in every thread of the process, and a SharedArrayBuffer's
+ * backing store never moves (see ffi-udp-bind.ts). Little-endian (x86-64, AArch64).
+ */
+function buildMessageHeaders(libc: Libc, config: UdpReaderConfig, offsets: ReturnType<typeof udpRingViews>['offsets']): void {
+  const { buffer, slots, slotSize } = config;
+  const base = libc.address(new Uint8Array(buffer, 0, 1));
+  const view = new DataView(buffer);
+  for (let i = 0; i < slots; i++) {
+    const msg = offsets.msgs + i * MMSGHDR_SIZE;
+    const iov = offsets.iovecs + i * IOVEC_SIZE;
+    view.setBigUint64(msg, BigInt(base + offsets.names + i * NAME_SIZE), true); // msg_name
+    view.setUint32(msg + 8, SOCKADDR_IN6_SIZE, true); // msg_namelen (room for either family)
+    view.setBigUint64(msg + 16, BigInt(base + iov), true); // msg_iov
+    view.setBigUint64(msg + 24, 1n, true); // msg_iovlen
+    view.setBigUint64(msg + 32, 0n, true); // msg_control
+    view.setBigUint64(msg + 40, 0n, true); // msg_controllen
+    view.setUint32(msg + 48, 0, true); // msg_flags
+    view.setUint32(msg + 56, 0, true); // msg_len
+    view.setBigUint64(iov, BigInt(base + offsets.data + i * slotSize), true); // iov_base
+    view.setBigUint64(iov + 8, BigInt(slotSize), true); // iov_len
+  }
+}
+
+export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
+  const { fds, wakeFd, buffer, slots } = config;
+  const { header, lengths, offsets } = udpRingViews(buffer, config);
+  if (Atomics.compareExchange(header, STATE, STATE_BOOTING, STATE_RUNNING) !== STATE_BOOTING) return; // closed before we began
+  buildMessageHeaders(libc, config, offsets);
+  Atomics.notify(header, STATE); // open() waits for STATE_RUNNING
+
+  const mask = slots - 1;
+  // Per slot: a view of the mmsghdr array from that slot on (recvmmsg's msgvec argument).
+  const vectors: Uint8Array[] = [];
+  for (let i = 0; i < slots; i++) vectors.push(new Uint8Array(buffer, offsets.msgs + i * MMSGHDR_SIZE, (slots - i) * MMSGHDR_SIZE));
+  // 32-bit words of the mmsghdrs: per slot, msg_namelen at +2, msg_flags at +12, msg_len at +14.
+  const msg32 = new Uint32Array(buffer, offsets.msgs, (slots * MMSGHDR_SIZE) / 4);
+  const MSG_WORDS = MMSGHDR_SIZE / 4;
+
+  // struct pollfd[] = the sockets, then the eventfd; 8 bytes each (int fd, short events, short revents).
+  const count = fds.length + 1;
+  const pollBytes = new Uint8Array(8 * count);
+  const poll32 = new Int32Array(pollBytes.buffer);
+  const poll16 = new Int16Array(pollBytes.buffer);
+  for (let i = 0; i < count; i++) {
+    poll32[2 * i] = i < fds.length ? fds[i] : wakeFd;
+    poll16[4 * i + 2] = POLLIN;
+  }
+  const wakeIndex = fds.length;
+
+  let write = Atomics.load(header, WRITE_SEQ);
+
+  const finish = (errno: number) => {
+    if (errno !== 0) {
+      Atomics.store(header, LAST_ERRNO, errno);
+      Atomics.store(header, READER_FAILED, 1);
+    }
+    Atomics.store(header, STATE, STATE_STOPPED);
+    Atomics.notify(header, STATE);
+    Atomics.notify(header, WRITE_SEQ); // wakes the main thread's Atomics.waitAsync
+  };
+
+  /** Receives from `fd` until it has nothing more or the ring is full; returns a fatal errno or 0. */
+  const drain = (fd: number): number => {
+    let consumed = Atomics.load(header, READ_SEQ);
+    for (;;) {
+      let free = slots - ((write - consumed) | 0);
+      if (free <= 0) {
+        consumed = Atomics.load(header, READ_SEQ);
+        free = slots - ((write - consumed) | 0);
+        if (free <= 0) return 0; // ring full: the kernel queues meanwhile
+      }
+      const first = write & mask;
+      const vlen = Math.min(free, slots - first, MAX_VLEN);
+      const n = libc.recvmmsg(fd, vectors[first], vlen, MSG_DONTWAIT);
+      if (n > 0) {
+        for (let k = 0; k < n; k++) {
+          const slot = (first + k) & mask;
+          const words = slot * MSG_WORDS;
+          if ((msg32[words + 12] & MSG_TRUNC) !== 0) {
+            lengths[slot] = -1;
+            Atomics.add(header, TRUNCATED, 1);
+          } else {
+            lengths[slot] = msg32[words + 14];
+          }
+          msg32[words + 2] = SOCKADDR_IN6_SIZE; // the kernel wrote the actual name length back
+        }
+        write = (write + n) | 0;
+        Atomics.store(header, WRITE_SEQ, write);
+        if (Atomics.load(header, MAIN_WAITING) !== 0 && Atomics.exchange(header, MAIN_WAITING, 0) !== 0) {
+          Atomics.notify(header, WRITE_SEQ);
+        }
+        if (n < vlen) return 0; // the socket's queue is (momentarily) empty
+        continue;
+      }
+      const errno = libc.errno();
+      if (errno === EAGAIN) return 0;
+      if (errno === EINTR) continue;
+      // A pending socket error (e.g. an ICMP report) is returned once and cleared: count it and go on.
+      Atomics.add(header, READ_ERRORS, 1);
+      Atomics.store(header, LAST_ERRNO, errno);
+      return 0;
+    }
+  };
+
+  for (;;) {
+    if (Atomics.load(header, STATE) === STATE_STOP_REQUESTED) return finish(0);
+
+    // Ring full: wait until the main thread has consumed something (it notifies READ_SEQ; a stop
+    // request notifies it too).
+    const read = Atomics.load(header, READ_SEQ);
+    if (((write - read) | 0) >= slots) {
+      Atomics.wait(header, READ_SEQ, read, 1000);
+      continue;
+    }
+
+    for (let i = 0; i < count; i++) poll16[4 * i + 3] = 0;
+    if (libc.poll(pollBytes, count, -1) < 0) {
+      const errno = libc.errno();
+      if (errno === EINTR) continue;
+      return finish(errno);
+    }
+    if (poll16[4 * wakeIndex + 3] !== 0) continue; // woken by the main thread: re-check STATE
+    for (let i = 0; i < fds.length; i++) {
+      const revents = poll16[4 * i + 3];
+      if (revents === 0) continue;
+      if ((revents & POLLNVAL) !== 0) return finish(EBADF); // the socket was closed under us
+      drain(fds[i]);
+    }
+  }
+}
+
+const config = workerData as UdpReaderConfig | undefined;
+if (config && Array.isArray(config.fds) && config.buffer instanceof SharedArrayBuffer) {
+  const libc = await loadLibc();
+  runUdpReader(libc, config);
+}

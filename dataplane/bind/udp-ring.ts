@@ -1,0 +1,88 @@
+/**
+ * The receive ring of FfiUdpBind: one SharedArrayBuffer shared by the UDP reader worker (the only
+ * producer, udp-reader-worker.ts) and the main thread (the only consumer, ffi-udp-bind.ts).
+ *
+ * It follows the TUN ring (tun/ring.ts: the same header words, sequence numbers modulo 2^32, slot
+ * of sequence s = s & (slots - 1), the MAIN_WAITING wake-up protocol and the STATE stop handshake)
+ * and adds what recvmmsg needs, all inside the shared memory so that the kernel writes straight
+ * into it:
+ *
+ *   header   HEADER_INTS int32 (tun/ring.ts indices, plus TRUNCATED below)
+ *   lengths  int32 per slot: the datagram length, or -1 when it did not fit its slot
+ *   names    32 bytes per slot: the source address (struct sockaddr_in or sockaddr_in6, 28 bytes)
+ *   msgs     one struct mmsghdr per slot (64 bytes), built once by the worker
+ *   iovecs   one struct iovec per slot (16 bytes): the slot's data
+ *   data     `slotSize` bytes per slot, page-aligned
+ *
+ * Slot i's mmsghdr points at name i and iovec i, and iovec i at data slot i, so one recvmmsg into
+ * the mmsghdrs of slots [s, s + n) fills n consecutive slots.
+ */
+import { HEADER_INTS } from '../tun/ring.ts';
+import { IOVEC_SIZE, MMSGHDR_SIZE } from '../sys/libc.ts';
+
+export {
+  HEADER_INTS, LAST_ERRNO, MAIN_WAITING, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
+  STATE_STOP_REQUESTED, WRITE_SEQ,
+} from '../tun/ring.ts';
+
+/** Set to 1 by the worker when it ended on an error of its own (poll failed, a socket became unusable). */
+export { DEVICE_GONE as READER_FAILED } from '../tun/ring.ts';
+/** Datagrams larger than a slot (dropped; counted as receive errors). */
+export const TRUNCATED = 7;
+
+/** Bytes reserved per source address (sizeof(struct sockaddr_in6) = 28, rounded up). */
+export const NAME_SIZE = 32;
+/** 512 slots of 64 KiB: any UDP datagram fits whole; only the touched pages of a slot cost memory. */
+export const UDP_RING_SLOTS = 512;
+export const UDP_SLOT_SIZE = 65536;
+
+export interface UdpRingLayout {
+  slots: number;
+  slotSize: number;
+}
+
+export interface UdpRingOffsets {
+  lengths: number;
+  names: number;
+  msgs: number;
+  iovecs: number;
+  data: number;
+  total: number;
+}
+
+const align = (n: number, to: number) => Math.ceil(n / to) * to;
+
+export function udpRingOffsets(layout: UdpRingLayout): UdpRingOffsets {
+  const { slots, slotSize } = layout;
+  if (slots <= 0 || (slots & (slots - 1)) !== 0) throw new RangeError(`slots must be a power of two, got ${slots}`);
+  if (!Number.isInteger(slotSize) || slotSize < 64 || slotSize % 8 !== 0) throw new RangeError(`bad slot size ${slotSize}`);
+  const lengths = HEADER_INTS * 4;
+  const names = align(lengths + slots * 4, 64);
+  const msgs = align(names + slots * NAME_SIZE, 64);
+  const iovecs = msgs + slots * MMSGHDR_SIZE;
+  const data = align(iovecs + slots * IOVEC_SIZE, 4096);
+  return { lengths, names, msgs, iovecs, data, total: data + slots * slotSize };
+}
+
+export interface UdpRingViews {
+  header: Int32Array;
+  lengths: Int32Array;
+  /** All source addresses, NAME_SIZE bytes per slot, as bytes and as 16- and 32-bit words. */
+  names: Uint8Array;
+  names16: Uint16Array;
+  names32: Uint32Array;
+  offsets: UdpRingOffsets;
+}
+
+export function udpRingViews(buffer: SharedArrayBuffer, layout: UdpRingLayout): UdpRingViews {
+  const offsets = udpRingOffsets(layout);
+  if (buffer.byteLength < offsets.total) throw new RangeError('ring buffer too small for its layout');
+  return {
+    header: new Int32Array(buffer, 0, HEADER_INTS),
+    lengths: new Int32Array(buffer, offsets.lengths, layout.slots),
+    names: new Uint8Array(buffer, offsets.names, layout.slots * NAME_SIZE),
+    names16: new Uint16Array(buffer, offsets.names, (layout.slots * NAME_SIZE) / 2),
+    names32: new Uint32Array(buffer, offsets.names, (layout.slots * NAME_SIZE) / 4),
+    offsets,
+  };
+}

@@ -1,0 +1,451 @@
+/**
+ * FfiUdpBind on loopback (no namespaces; SO_MARK and the forced buffer sizes need root): round
+ * trips on both families between two FFI binds and with node:dgram, batched sends through
+ * sendmmsg (complete, in order, from shared memory in place), sources, port picking, EADDRINUSE,
+ * the fwmark, the send queue behind a full send buffer (faults injected), and close (the reader
+ * thread stops, the port is free again). Runs under Node and Bun.
+ */
+import { after, afterEach, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import dgram from 'node:dgram';
+import { readdirSync } from 'node:fs';
+import { FfiUdpBind } from '../../dataplane/bind/ffi-udp-bind.ts';
+import { UdpBind } from '../../dataplane/bind/udp-bind.ts';
+import { createBind } from '../../dataplane/bind/select-bind.ts';
+import { Endpoint } from '../../dataplane/net/endpoint.ts';
+import { selectCrypto } from '../../dataplane/crypto/select.ts';
+import { Device } from '../../dataplane/device/device.ts';
+import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
+import { WorkerCryptoPool } from '../../dataplane/pool/crypto-pool.ts';
+import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
+import { buildEchoRequest, parseEcho } from '../system/packets.ts';
+import { EAGAIN, SOL_SOCKET, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, loadLibc, type Libc } from '../../dataplane/sys/libc.ts';
+
+const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
+
+interface Received {
+  data: Uint8Array;
+  source: Endpoint;
+}
+
+/** Binds opened by a test, closed after it. */
+const opened: Array<{ close(): Promise<void> | void }> = [];
+afterEach(async () => {
+  for (const b of opened.splice(0)) await b.close();
+});
+
+async function ffiBind(options?: ConstructorParameters<typeof FfiUdpBind>[0]): Promise<{ bind: FfiUdpBind; got: Received[] }> {
+  const bind = new FfiUdpBind(options);
+  const got: Received[] = [];
+  bind.onReceive((data, source) => got.push({ data: data.slice(), source }));
+  opened.push(bind);
+  await bind.open(0);
+  // The reader thread may take a while to start on a loaded machine (Node: tsx compiles it first);
+  // the waits below are about datagrams, not about that.
+  await bind.ready();
+  return { bind, got };
+}
+
+async function dgramSocket(type: 'udp4' | 'udp6'): Promise<{ socket: dgram.Socket; got: Array<{ data: Buffer; port: number; address: string }> }> {
+  // A receive buffer for whole batches (the default, 208 KiB, drops part of a burst of 128 datagrams of 1.5 KB).
+  const socket = dgram.createSocket({ type, ipv6Only: type === 'udp6', recvBufferSize: 4 << 20 });
+  const got: Array<{ data: Buffer; port: number; address: string }> = [];
+  socket.on('message', (data, rinfo) => got.push({ data, port: rinfo.port, address: rinfo.address }));
+  await new Promise<void>((resolve) => socket.bind(0, type === 'udp4' ? '127.0.0.1' : '::1', resolve));
+  // recvBufferSize is capped by net.core.rmem_max; as root, lift the cap for this socket.
+  const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+  if (isRoot && typeof fd === 'number' && fd >= 0) {
+    const libc = await loadLibc();
+    const size = new Uint8Array(new Int32Array([4 << 20]).buffer);
+    libc.setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, size, 4);
+  }
+  opened.push({ close: () => new Promise<void>((resolve) => socket.close(() => resolve())) });
+  return { socket, got };
+}
+
+async function until(condition: () => boolean, what = 'condition', timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
+
+const bytes = (...values: number[]) => Uint8Array.from(values);
+
+/** A batch laid out as PacketBatch does: `count` slots of `stride` bytes in shared memory. */
+function sharedBatch(count: number, stride: number, lengthOf: (i: number) => number): { data: Uint8Array; lengths: Int32Array } {
+  const data = new Uint8Array(new SharedArrayBuffer(count * stride));
+  const lengths = new Int32Array(new SharedArrayBuffer(4 * count));
+  for (let i = 0; i < count; i++) {
+    const length = lengthOf(i);
+    lengths[i] = length;
+    const slot = data.subarray(i * stride, i * stride + length);
+    for (let j = 0; j < length; j++) slot[j] = (i * 7 + j) & 0xff;
+    if (length >= 2) {
+      slot[0] = i & 0xff;
+      slot[1] = i >> 8;
+    }
+  }
+  return { data, lengths };
+}
+
+function assertBatch(got: Received[], data: Uint8Array, stride: number, lengths: Int32Array, indices: number[]): void {
+  assert.equal(got.length, indices.length);
+  indices.forEach((i, k) => {
+    assert.deepEqual(got[k].data, data.slice(i * stride, i * stride + lengths[i]), `datagram ${k} is batch entry ${i}`);
+  });
+}
+
+function threadCount(): number {
+  return readdirSync('/proc/self/task').length;
+}
+
+async function socketOption(fd: number, name: number): Promise<number> {
+  const libc = await loadLibc();
+  const value = new Uint8Array(4);
+  const length = new Uint8Array(4);
+  new Uint32Array(length.buffer)[0] = 4;
+  assert.equal(libc.getsockopt(fd, SOL_SOCKET, name, value, length), 0);
+  return new Uint32Array(value.buffer)[0];
+}
+
+async function localPortOf(fd: number): Promise<{ family: number; port: number }> {
+  const libc = await loadLibc();
+  const name = new Uint8Array(28);
+  const length = new Uint8Array(4);
+  new Uint32Array(length.buffer)[0] = 28;
+  assert.equal(libc.getsockname(fd, name, length), 0);
+  return { family: new Uint16Array(name.buffer, 0, 1)[0], port: (name[2] << 8) | name[3] };
+}
+
+describe('FfiUdpBind', () => {
+  test('port 0 picks one port for both families', async () => {
+    const { bind } = await ffiBind();
+    assert.ok(bind.port > 0);
+    const { v4, v6 } = bind.fileDescriptors;
+    assert.deepEqual(await localPortOf(v4), { family: 2, port: bind.port });
+    assert.deepEqual(await localPortOf(v6), { family: 10, port: bind.port });
+  });
+
+  test('IPv4 and IPv6 round trips between two binds, with their sources', async () => {
+    const a = await ffiBind();
+    const b = await ffiBind();
+    for (const host of ['127.0.0.1', '::1']) {
+      a.got.length = b.got.length = 0;
+      a.bind.send(new Endpoint(host, b.bind.port), bytes(1, 2, 3));
+      await until(() => b.got.length === 1, `datagram at b over ${host}`);
+      assert.deepEqual(b.got[0].data, bytes(1, 2, 3));
+      assert.equal(b.got[0].source.toString(), new Endpoint(host, a.bind.port).toString());
+      b.bind.send(b.got[0].source, bytes(4, 5));
+      await until(() => a.got.length === 1, `reply at a over ${host}`);
+      assert.deepEqual(a.got[0].data, bytes(4, 5));
+      assert.equal(a.got[0].source.toString(), new Endpoint(host, b.bind.port).toString());
+    }
+    assert.equal(a.bind.stats.sent, 2);
+    assert.equal(a.bind.stats.received, 2);
+    assert.equal(b.bind.stats.sent, 2);
+    assert.equal(b.bind.stats.received, 2);
+    assert.equal(a.bind.stats.sendErrors + b.bind.stats.sendErrors, 0);
+  });
+
+  test('the same source gives the same Endpoint object (cached, not parsed per datagram)', async () => {
+    const a = await ffiBind();
+    const b = await ffiBind();
+    for (const host of ['127.0.0.1', '::1']) {
+      b.got.length = 0;
+      const to = new Endpoint(host, b.bind.port);
+      for (let i = 0; i < 3; i++) a.bind.send(to, bytes(i));
+      await until(() => b.got.length === 3);
+      assert.ok(b.got[1].source === b.got[0].source && b.got[2].source === b.got[0].source);
+    }
+  });
+
+  for (const type of ['udp4', 'udp6'] as const) {
+    const host = type === 'udp4' ? '127.0.0.1' : '::1';
+    test(`round trip with a node:dgram ${type} socket`, async () => {
+      const { bind, got } = await ffiBind();
+      const peer = await dgramSocket(type);
+      const peerPort = peer.socket.address().port;
+      await new Promise<void>((resolve, reject) => peer.socket.send(bytes(9, 8, 7), bind.port, host, (err) => (err ? reject(err) : resolve())));
+      await until(() => got.length === 1, 'datagram from dgram');
+      assert.deepEqual(got[0].data, bytes(9, 8, 7));
+      assert.equal(got[0].source.toString(), new Endpoint(host, peerPort).toString());
+      bind.send(got[0].source, bytes(6, 5));
+      await until(() => peer.got.length === 1, 'reply at dgram');
+      assert.deepEqual(new Uint8Array(peer.got[0].data), bytes(6, 5));
+      assert.equal(peer.got[0].port, bind.port);
+      assert.equal(peer.got[0].address, host);
+    });
+
+    test(`a batch of 128 (PacketBatch layout) arrives complete and in order over ${type}`, async () => {
+      const a = await ffiBind();
+      const b = await ffiBind();
+      const peer = await dgramSocket(type);
+      const stride = 1536;
+      const { data, lengths } = sharedBatch(128, stride, (i) => 32 + ((i * 37) % 1452));
+      const indices = Array.from({ length: 128 }, (_, i) => i);
+      a.bind.sendBatch(new Endpoint(host, b.bind.port), data, stride, lengths, 128);
+      a.bind.sendBatch(new Endpoint(host, peer.socket.address().port), data, stride, lengths, 128);
+      await until(() => b.got.length === 128 && peer.got.length === 128, 'both batches');
+      assertBatch(b.got, data, stride, lengths, indices);
+      assert.ok(b.got.every((r) => r.source.toString() === new Endpoint(host, a.bind.port).toString()));
+      peer.got.forEach((r, i) => assert.deepEqual(new Uint8Array(r.data), data.slice(i * stride, i * stride + lengths[i])));
+      assert.equal(a.bind.stats.sent, 256);
+      assert.equal(a.bind.stats.sendErrors, 0);
+    });
+  }
+
+  test('batches: more than one sendmmsg, empty entries skipped, non-shared memory, bounds checked', async () => {
+    const a = await ffiBind();
+    const b = await ffiBind();
+    const to = new Endpoint('127.0.0.1', b.bind.port);
+    // 600 entries (3 sendmmsg calls of at most 256) with some empty or failed (length <= 0) ones.
+    const stride = 256;
+    const big = sharedBatch(600, stride, (i) => (i % 50 === 7 ? 0 : i % 50 === 8 ? -1 : 16 + (i % 200)));
+    const expected = Array.from({ length: 600 }, (_, i) => i).filter((i) => big.lengths[i] > 0);
+    a.bind.sendBatch(to, big.data, stride, big.lengths, 600);
+    await until(() => b.got.length === expected.length, 'the big batch');
+    assertBatch(b.got, big.data, stride, big.lengths, expected);
+    assert.equal(a.bind.stats.sendErrors, 0);
+
+    // Ordinary (non-shared) memory takes the one-by-one path; a view with a byteOffset is honoured.
+    b.got.length = 0;
+    const plain = new Uint8Array(64 + 4 * 100);
+    for (let i = 0; i < plain.length; i++) plain[i] = i & 0xff;
+    const view = plain.subarray(64);
+    a.bind.sendBatch(to, view, 100, [10, 20, 30, 40], 4);
+    await until(() => b.got.length === 4, 'the plain batch');
+    b.got.forEach((r, i) => assert.deepEqual(r.data, view.slice(i * 100, i * 100 + 10 * (i + 1))));
+
+    // Shared memory with a byteOffset, and an entry past the end of the view: counted, not sent.
+    b.got.length = 0;
+    const shared = sharedBatch(5, 64, () => 64);
+    const part = shared.data.subarray(64, 64 * 4); // entries 1..3 of the batch, as a view
+    a.bind.sendBatch(to, part, 64, [64, 64, 64, 64], 4);
+    await until(() => b.got.length === 3, 'the offset batch');
+    b.got.forEach((r, i) => assert.deepEqual(r.data, part.slice(i * 64, (i + 1) * 64)));
+    assert.equal(a.bind.stats.sendErrors, 1);
+    assert.throws(() => a.bind.sendBatch(to, shared.data, -64, [64, 64], 2), RangeError);
+  });
+
+  test('a full send buffer (EAGAIN, partial sendmmsg) queues the rest and keeps the order', async () => {
+    const real = await loadLibc();
+    let calls = 0;
+    // Every third call fails with EAGAIN; sendmmsg otherwise sends at most 10 datagrams.
+    let fakeErrno = 0;
+    const faulty: Libc = {
+      ...real,
+      sendto: (...args) => {
+        if (++calls % 3 === 0) { fakeErrno = EAGAIN; return -1; }
+        fakeErrno = 0;
+        return real.sendto(...args);
+      },
+      sendmmsg: (fd, vec, vlen, flags) => {
+        if (++calls % 3 === 0) { fakeErrno = EAGAIN; return -1; }
+        fakeErrno = 0;
+        return real.sendmmsg(fd, vec, Math.min(vlen, 10), flags);
+      },
+      errno: () => fakeErrno || real.errno(),
+    };
+    const a = await ffiBind({ libc: faulty });
+    const b = await ffiBind();
+    const to = new Endpoint('127.0.0.1', b.bind.port);
+    const stride = 256;
+    const batch = sharedBatch(128, stride, (i) => 20 + i);
+    a.bind.send(to, bytes(0xee, 0));
+    a.bind.sendBatch(to, batch.data, stride, batch.lengths, 128);
+    // The caller reuses its memory at once: what was queued must have been copied.
+    const original = batch.data.slice();
+    batch.data.fill(0);
+    a.bind.send(to, bytes(0xee, 1));
+    a.bind.sendBatch(to, batch.data.subarray(0, 0), stride, [], 0);
+    await until(() => b.got.length === 130, 'every datagram', 10_000);
+    assert.deepEqual(b.got[0].data, bytes(0xee, 0));
+    assertBatch(b.got.slice(1, 129), original, stride, batch.lengths, Array.from({ length: 128 }, (_, i) => i));
+    assert.deepEqual(b.got[129].data, bytes(0xee, 1));
+    assert.equal(a.bind.stats.sent, 130);
+    assert.equal(a.bind.stats.sendErrors, 0);
+    assert.equal(a.bind.stats.queued, 0);
+  });
+
+  test('a taken port fails with EADDRINUSE', async () => {
+    const holder = await dgramSocket('udp4');
+    const port = holder.socket.address().port; // bound to 127.0.0.1: conflicts with the wildcard bind
+    const bind = new FfiUdpBind();
+    opened.push(bind);
+    await assert.rejects(bind.open(port), (err: NodeJS.ErrnoException) => err.code === 'EADDRINUSE');
+    assert.equal(bind.port, 0);
+    // IPv6 only taken: the same.
+    const holder6 = await dgramSocket('udp6');
+    await assert.rejects(bind.open(holder6.socket.address().port), (err: NodeJS.ErrnoException) => err.code === 'EADDRINUSE');
+    // An FfiUdpBind's port is taken for another FfiUdpBind, and for node:dgram.
+    const { bind: first } = await ffiBind();
+    await assert.rejects(bind.open(first.port), (err: NodeJS.ErrnoException) => err.code === 'EADDRINUSE');
+    const udp = new UdpBind();
+    opened.push(udp);
+    await assert.rejects(udp.open(first.port), (err: NodeJS.ErrnoException) => err.code === 'EADDRINUSE');
+    // The failed bind still works afterwards.
+    assert.ok((await bind.open(0)) > 0);
+  });
+
+  test('socket buffers are 7 MiB', { skip: !isRoot && 'needs root (SO_RCVBUFFORCE)' }, async () => {
+    const { bind } = await ffiBind();
+    for (const fd of [bind.fileDescriptors.v4, bind.fileDescriptors.v6]) {
+      // The kernel reports twice the requested size (it counts its bookkeeping overhead).
+      assert.equal(await socketOption(fd, SO_RCVBUF), 2 * 7 * 1024 * 1024);
+      assert.equal(await socketOption(fd, SO_SNDBUF), 2 * 7 * 1024 * 1024);
+    }
+  });
+
+  test('setMark sets SO_MARK on both sockets, and again after a reopen', { skip: !isRoot && 'needs root (CAP_NET_ADMIN)' }, async () => {
+    const { bind } = await ffiBind();
+    await bind.setMark(0x1234);
+    assert.equal(await socketOption(bind.fileDescriptors.v4, SO_MARK), 0x1234);
+    assert.equal(await socketOption(bind.fileDescriptors.v6, SO_MARK), 0x1234);
+    await bind.open(0);
+    assert.equal(await socketOption(bind.fileDescriptors.v4, SO_MARK), 0x1234);
+    assert.equal(await socketOption(bind.fileDescriptors.v6, SO_MARK), 0x1234);
+    await bind.setMark(0);
+    assert.equal(await socketOption(bind.fileDescriptors.v4, SO_MARK), 0);
+    await assert.rejects(bind.setMark(-1), RangeError);
+  });
+
+  test('close stops the reader thread and frees the port; reopening the same port works', async () => {
+    // Readers of earlier tests' binds that were closed while starting end by themselves.
+    await until(() => FfiUdpBind.readerThreads === 0, 'earlier reader threads to end', 30_000);
+    const { bind, got } = await ffiBind();
+    const port = bind.port;
+    await bind.ready();
+    assert.equal(FfiUdpBind.readerThreads, 1, 'the reader thread runs');
+    await bind.close();
+    assert.equal(bind.port, 0);
+    assert.equal(FfiUdpBind.readerThreads, 0, 'close() returns once the reader thread has ended');
+    bind.send(new Endpoint('127.0.0.1', port), bytes(1));
+    assert.equal(bind.stats.sendErrors, 1, 'sending while closed counts an error');
+
+    // The port is free: node:dgram can take it, and then this bind cannot.
+    const udp = dgram.createSocket('udp4');
+    await new Promise<void>((resolve) => udp.bind(port, resolve));
+    await assert.rejects(bind.open(port), (err: NodeJS.ErrnoException) => err.code === 'EADDRINUSE');
+    await new Promise<void>((resolve) => udp.close(() => resolve()));
+
+    assert.equal(await bind.open(port), port);
+    await bind.ready();
+    const other = await ffiBind();
+    other.bind.send(new Endpoint('::1', port), bytes(42));
+    await until(() => got.length === 1, 'a datagram after the reopen');
+    assert.deepEqual(got[0].data, bytes(42));
+  });
+
+  test('opening and closing at once, repeatedly: reader threads still starting end by themselves', async () => {
+    await until(() => FfiUdpBind.readerThreads === 0, 'earlier reader threads to end', 30_000);
+    const threads0 = threadCount();
+    const bind = new FfiUdpBind();
+    opened.push(bind);
+    for (let i = 0; i < 5; i++) {
+      await bind.open(0);
+      await bind.close();
+    }
+    const port = await bind.open(0);
+    await bind.ready();
+    const other = await ffiBind();
+    const got: Received[] = [];
+    bind.onReceive((data, source) => got.push({ data: data.slice(), source }));
+    other.bind.send(new Endpoint('127.0.0.1', port), bytes(7));
+    await until(() => got.length === 1, 'a datagram after the cycles');
+    await bind.close();
+    await other.bind.close();
+    await until(() => FfiUdpBind.readerThreads === 0, 'every reader thread to end', 30_000);
+    await until(() => threadCount() <= threads0, 'their OS threads to go', 10_000);
+  });
+
+  test('shared memory addresses stay put across garbage collections', async () => {
+    const libc = await loadLibc();
+    const view = new Uint8Array(new SharedArrayBuffer(1 << 16), 4096, 100);
+    const before = libc.address(view);
+    assert.equal(libc.address(new Uint8Array(view.buffer, 0, 1)) + 4096, before, 'byteOffset included');
+    const collect = isBun
+      ? () => (globalThis as unknown as { Bun: { gc(force: boolean): void } }).Bun.gc(true)
+      : await (async () => {
+        const v8 = await import('node:v8');
+        const vm = await import('node:vm');
+        v8.setFlagsFromString('--expose-gc');
+        return vm.runInNewContext('gc') as () => void;
+      })();
+    for (let round = 0; round < 3; round++) {
+      let garbage: unknown[] = [];
+      for (let i = 0; i < 20_000; i++) garbage.push(new Uint8Array(32), { i });
+      garbage = [];
+      collect();
+      assert.equal(libc.address(view), before);
+    }
+  });
+
+  test('createBind picks by kind or ROAMGUARD_UDP', () => {
+    assert.ok(createBind('dgram') instanceof UdpBind);
+    assert.ok(createBind('ffi') instanceof FfiUdpBind);
+    assert.throws(() => createBind('raw'), RangeError);
+    const saved = process.env.ROAMGUARD_UDP;
+    try {
+      delete process.env.ROAMGUARD_UDP;
+      assert.ok(createBind() instanceof UdpBind);
+      process.env.ROAMGUARD_UDP = 'ffi';
+      assert.ok(createBind() instanceof FfiUdpBind);
+    } finally {
+      if (saved === undefined) delete process.env.ROAMGUARD_UDP;
+      else process.env.ROAMGUARD_UDP = saved;
+    }
+  });
+});
+
+describe('Device over FfiUdpBind (loopback)', () => {
+  let pool: WorkerCryptoPool | undefined;
+  after(async () => { await pool?.close(); });
+
+  for (const mode of ['inline', 'workers'] as const) {
+    test(`${mode}: 1000 packets each way arrive complete and in order${mode === 'workers' ? ' (sealed batches leave through sendBatch)' : ''}`, async () => {
+      const crypto = await selectCrypto();
+      if (mode === 'workers') pool ??= new WorkerCryptoPool(2);
+      const make = async () => {
+        const tun = new MemoryTun('rgffi0', 1420);
+        const bind = new FfiUdpBind();
+        const device = new Device({ tun, bind, crypto, pool: mode === 'workers' ? pool : undefined });
+        device.core.setPrivateKey(generatePrivateKey(crypto));
+        await device.start(0);
+        await bind.ready();
+        return { tun, bind, device };
+      };
+      const a = await make();
+      const b = await make();
+      try {
+        a.device.core.addPeer(b.device.core.ourPublicKey!, { endpoint: new Endpoint('::1', b.bind.port), allowedIps: ['10.0.0.2/32'] });
+        b.device.core.addPeer(a.device.core.ourPublicKey!, { endpoint: new Endpoint('127.0.0.1', a.bind.port), allowedIps: ['10.0.0.1/32'] });
+        const batchSends = { count: 0 };
+        const original = a.bind.sendBatch.bind(a.bind);
+        a.bind.sendBatch = (...args) => { batchSends.count++; original(...args); };
+        a.tun.inject(buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 1, seq: 0 }));
+        await until(() => b.tun.written.length === 1, 'the first packet (after the handshake)', 15_000);
+        for (let seq = 1; seq <= 1000; seq++) {
+          a.tun.inject(buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 1, seq, payload: new Uint8Array(seq % 1300) }));
+          b.tun.inject(buildEchoRequest({ src: '10.0.0.2', dst: '10.0.0.1', id: 2, seq }));
+        }
+        await until(() => b.tun.written.length === 1001 && a.tun.written.length === 1000, 'every packet', 15_000);
+        assert.deepEqual(b.tun.written.map((p) => parseEcho(p)?.seq), [...Array(1001).keys()]);
+        assert.deepEqual(a.tun.written.map((p) => parseEcho(p)?.seq), [...Array(1000).keys()].map((i) => i + 1));
+        assert.equal(parseEcho(b.tun.written[700])!.payload.length, 700);
+        assert.deepEqual(a.device.core.drops.snapshot(), {});
+        assert.deepEqual(b.device.core.drops.snapshot(), {});
+        // B roamed A's endpoint to what it saw: IPv6 loopback, A's port.
+        assert.equal([...b.device.core.peers][0].endpoint?.toString(), `[::1]:${a.bind.port}`);
+        if (mode === 'workers') assert.ok(batchSends.count > 0, 'the pipeline used sendBatch');
+        else assert.equal(batchSends.count, 0);
+        assert.equal(a.bind.stats.sendErrors + b.bind.stats.sendErrors, 0);
+      } finally {
+        await a.device.close();
+        await b.device.close();
+      }
+    });
+  }
+});
