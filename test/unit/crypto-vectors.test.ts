@@ -174,7 +174,9 @@ describe('provider discovery', () => {
     assert.ok(names.includes('node:crypto'));
     for (const n of names) assert.ok((PROVIDER_NAMES as readonly string[]).includes(n), n);
   });
-  test('libsodium-ffi is found when the Debian library is installed', { skip: !existsSync('/usr/lib/x86_64-linux-gnu/libsodium.so.23') }, () => {
+  // The test command installs libsodium23, so its absence is a failure here, not a reason to skip.
+  test('libsodium-ffi is found (the Debian library libsodium23 is installed by the test command)', () => {
+    assert.ok(existsSync('/usr/lib/x86_64-linux-gnu/libsodium.so.23'), 'libsodium23 is not installed: run scripts/install-system-deps.sh');
     assert.ok(providers.some((p) => p.provider.name === 'libsodium-ffi'));
   });
 });
