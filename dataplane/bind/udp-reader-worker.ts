@@ -16,9 +16,9 @@
 import { workerData } from 'node:worker_threads';
 import { EAGAIN, EBADF, EINTR, MSG_DONTWAIT, MSG_TRUNC, MMSGHDR_SIZE, IOVEC_SIZE, POLLIN, POLLNVAL, SOCKADDR_IN6_SIZE, loadLibc, type Libc } from '../sys/libc.ts';
 import {
-  LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
-  STATE_STOP_REQUESTED, TRUNCATED, WRITE_SEQ, udpRingViews,
-} from './udp-ring.ts';
+  LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING,
+  STATE_STOP_REQUESTED, TRUNCATED, WRITE_SEQ, udpRingViews } from './udp-ring.ts';
+import { finishReader } from '../tun/ring.ts';
 
 export interface UdpReaderConfig {
   /** The bind's sockets (IPv4 first, then IPv6 when there is one), non-blocking. */
@@ -86,15 +86,7 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
 
   let write = Atomics.load(header, WRITE_SEQ);
 
-  const finish = (errno: number) => {
-    if (errno !== 0) {
-      Atomics.store(header, LAST_ERRNO, errno);
-      Atomics.store(header, READER_FAILED, 1);
-    }
-    Atomics.store(header, STATE, STATE_STOPPED);
-    Atomics.notify(header, STATE);
-    Atomics.notify(header, WRITE_SEQ); // wakes the main thread's Atomics.waitAsync
-  };
+  const finish = (errno: number) => finishReader(header, errno, READER_FAILED);
 
   /** Receives from `fd` until it has nothing more or the ring is full; returns a fatal errno or 0. */
   const drain = (fd: number): number => {

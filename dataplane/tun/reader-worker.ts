@@ -20,9 +20,8 @@
 import { workerData } from 'node:worker_threads';
 import { DEVICE_GONE_ERRNOS, EAGAIN, EBADFD, EINTR, POLLERR, POLLHUP, POLLIN, POLLNVAL, loadLibc, type Libc } from '../sys/libc.ts';
 import {
-  DEVICE_GONE, LAST_ERRNO, MAIN_WAITING, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
-  STATE_STOP_REQUESTED, WRITE_SEQ, ringViews,
-} from './ring.ts';
+  DEVICE_GONE, MAIN_WAITING, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING,
+  STATE_STOP_REQUESTED, WRITE_SEQ, ringViews, finishReader } from './ring.ts';
 
 export interface ReaderConfig {
   /** The TUN fd, opened with O_NONBLOCK. */
@@ -54,15 +53,7 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
 
   let write = Atomics.load(header, WRITE_SEQ);
 
-  const finish = (goneErrno: number) => {
-    if (goneErrno !== 0) {
-      Atomics.store(header, LAST_ERRNO, goneErrno);
-      Atomics.store(header, DEVICE_GONE, 1);
-    }
-    Atomics.store(header, STATE, STATE_STOPPED);
-    Atomics.notify(header, STATE);
-    Atomics.notify(header, WRITE_SEQ); // wakes the main thread's Atomics.waitAsync
-  };
+  const finish = (goneErrno: number) => finishReader(header, goneErrno, DEVICE_GONE);
 
   for (;;) {
     if (Atomics.load(header, STATE) === STATE_STOP_REQUESTED) return finish(0);

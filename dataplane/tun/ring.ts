@@ -66,3 +66,18 @@ export function ringViews(buffer: SharedArrayBuffer, layout: RingLayout): RingVi
   const data = new Uint8Array(buffer, (HEADER_INTS + layout.slots) * 4, layout.slots * layout.slotSize);
   return { header, lengths, data };
 }
+
+/**
+ * The reader thread's last act, shared by the TUN and UDP readers: record why it stopped (a
+ * non-zero errno raises `failureFlag`, e.g. DEVICE_GONE), mark the ring STOPPED, and wake both
+ * a main thread waiting in stopReader (STATE) and one waiting for packets (WRITE_SEQ).
+ */
+export function finishReader(header: Int32Array, errno: number, failureFlag: number): void {
+  if (errno !== 0) {
+    Atomics.store(header, LAST_ERRNO, errno);
+    Atomics.store(header, failureFlag, 1);
+  }
+  Atomics.store(header, STATE, STATE_STOPPED);
+  Atomics.notify(header, STATE);
+  Atomics.notify(header, WRITE_SEQ);
+}
