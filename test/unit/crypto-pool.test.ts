@@ -78,7 +78,17 @@ describe('crypto pools', () => {
   });
 
   test('split pool: small batches are sealed at once on this thread, large ones in the workers', async () => {
-    const split = new SplitCryptoPool(crypto, workers);
+    // Record which batches reach the worker pool. (Checking whether a batch is "not sealed
+    // yet" right after the call races a fast worker thread.)
+    const handed: PacketBatch[] = [];
+    const recording: CryptoPool = {
+      ready: workers.ready,
+      get threads() { return workers.threads; },
+      seal: (b, k, r, m) => { handed.push(b); return workers.seal(b, k, r, m); },
+      open: (b, k) => { handed.push(b); return workers.open(b, k); },
+      close: () => Promise.resolve(),
+    };
+    const split = new SplitCryptoPool(crypto, recording);
     const batches = new BatchPool(slotSizeForMtu(MTU));
     const key = crypto.randomBytes(32);
     const small = batches.acquire();
@@ -86,11 +96,15 @@ describe('crypto pools', () => {
     const smallDone = split.seal(small, key, 1, MTU);
     assert.equal(small.lengths[0], 16 + 112 + 16, 'sealed before the call returned');
     await smallDone;
+    assert.deepEqual(handed, [], 'the small batch never reached a worker');
     const large = batches.acquire();
     fill(large, Array.from({ length: SMALL_BATCH }, () => 100), 0);
-    const largeDone = split.seal(large, key, 1, MTU);
-    assert.equal(large.lengths[0], 100, 'not sealed yet: a worker has it');
-    await largeDone;
+    await split.seal(large, key, 1, MTU);
+    assert.equal(handed.length, 1, 'the large batch went to the workers');
+    assert.equal(handed[0], large);
     assert.equal(large.lengths[0], 16 + 112 + 16);
+    await split.open(large, key);
+    assert.equal(handed.length, 2, 'large batches are opened in the workers too');
+    assert.equal(large.lengths[0], paddedLength(100, MTU), 'opened back to the padded plaintext');
   });
 });
