@@ -3,7 +3,7 @@
 # --no-install-recommends matters: without it wireguard-tools pulls in a kernel and systemd.
 set -euo pipefail
 
-# command-or-file  package
+# command-or-path(glob)  package
 needs=(
   "wireguard-go   wireguard-go"
   "wg             wireguard-tools"
@@ -12,14 +12,16 @@ needs=(
   "nft            nftables"
   "ip             iproute2"
   "ping           iputils-ping"
-  "/usr/lib/x86_64-linux-gnu/libsodium.so.23 libsodium23"
+  "/usr/lib/cni/ptp containernetworking-plugins"
+  "conntrack      conntrack"
+  "/usr/lib/*/libsodium.so.23 libsodium23"
 )
 
 missing=()
 for line in "${needs[@]}"; do
   read -r what pkg <<<"$line"
   if [[ $what == /* ]]; then
-    [[ -e $what ]] || compgen -G "/usr/lib/*/libsodium.so.23" >/dev/null || missing+=("$pkg")
+    compgen -G "$what" >/dev/null || missing+=("$pkg")  # a path, possibly a glob
   else
     command -v "$what" >/dev/null 2>&1 || [[ -x /usr/sbin/$what || -x /sbin/$what ]] || missing+=("$pkg")
   fi

@@ -1,0 +1,216 @@
+/**
+ * The node agent's settings, read from the environment (a DaemonSet sets them), validated all at
+ * once before anything else happens. A wrong value stops the agent with one line naming the
+ * variable, the value and what is accepted: `SettingError.message` is that line.
+ *
+ * Every setting, its default and its meaning is listed in SETTINGS below; the README and the
+ * DaemonSet manifest are written from the same list.
+ */
+export type IpFamilyChoice = 'ipv4' | 'ipv6' | 'dualstack';
+export type PodCidrSource = 'none' | 'spec' | 'file';
+/** Which data plane the agent starts when no daemon answers on the control socket. */
+export type DataplaneChoice = 'roamguard' | 'wireguard-go' | 'external';
+
+export interface PerFamily<T> { ipv4: T; ipv6: T }
+
+export interface Settings {
+  nodeName: string;
+  interfaceName: string;
+  listenPort: number;
+  /** Seconds; 0 turns persistent keepalive off. */
+  persistentKeepalive: number;
+  mtu: number;
+  wgIpFamily: IpFamilyChoice;
+  privateKeyPath: string;
+  cniConfigPath: string;
+  /** Written only when set: the conflist's `dataDir` for host-local IPAM. */
+  cniIpamDataDir: string;
+  masquerade: PerFamily<boolean>;
+  filter: PerFamily<boolean>;
+  nativeRouting: PerFamily<boolean>;
+  firewallOnly: boolean;
+  podCidrSource: PerFamily<PodCidrSource>;
+  podCidrSourcePath: string;
+  nodeIpInterfaces: string[];
+  kubeconfig: string;
+  /** An explicit API server URL: used before kube-proxy makes the in-cluster Service reachable. */
+  apiServer: string;
+  logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  dataplane: DataplaneChoice;
+  socketDir: string;
+  nftTable: string;
+  /** Seconds between full re-applications of routes and firewall rules (repairs outside edits). */
+  resyncInterval: number;
+  /** Address for /metrics, /healthz and /readyz (`host:port`); empty turns the endpoint off. */
+  metricsAddress: string;
+}
+
+export class SettingError extends Error {
+  constructor(readonly variable: string, readonly value: string, accepted: string) {
+    super(`${variable}=${JSON.stringify(value)} is not valid: expected ${accepted}`);
+    this.name = 'SettingError';
+  }
+}
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+interface Spec<T> {
+  default: string;
+  /** For the README and the manifest. */
+  doc: string;
+  parse(value: string, name: string): T;
+}
+
+function fail(name: string, value: string, accepted: string): never {
+  throw new SettingError(name, value, accepted);
+}
+
+const TRUE = new Set(['1', 'true', 'yes', 'on']);
+const FALSE = new Set(['0', 'false', 'no', 'off', '']);
+
+function bool(defaultValue: boolean, doc: string): Spec<boolean> {
+  return {
+    default: String(defaultValue), doc,
+    parse(value, name) {
+      const v = value.trim().toLowerCase();
+      if (TRUE.has(v)) return true;
+      if (FALSE.has(v)) return false;
+      return fail(name, value, 'true/false (or 1/0, yes/no, on/off)');
+    },
+  };
+}
+
+function integer(defaultValue: number, min: number, max: number, doc: string): Spec<number> {
+  return {
+    default: String(defaultValue), doc,
+    parse(value, name) {
+      if (!/^\d{1,10}$/.test(value.trim())) fail(name, value, `an integer from ${min} to ${max}`);
+      const n = Number(value.trim());
+      if (n < min || n > max) fail(name, value, `an integer from ${min} to ${max}`);
+      return n;
+    },
+  };
+}
+
+function oneOf<T extends string>(defaultValue: T, choices: readonly T[], doc: string): Spec<T> {
+  return {
+    default: defaultValue, doc,
+    parse(value, name) {
+      const v = value.trim().toLowerCase() as T;
+      if (!choices.includes(v)) fail(name, value, `one of ${choices.join(', ')}`);
+      return v;
+    },
+  };
+}
+
+function text(defaultValue: string, doc: string, check?: { test: (v: string) => boolean; accepted: string }): Spec<string> {
+  return {
+    default: defaultValue, doc,
+    parse(value, name) {
+      const v = value.trim();
+      if (check && !check.test(v)) fail(name, value, check.accepted);
+      return v;
+    },
+  };
+}
+
+const INTERFACE_NAME = /^[A-Za-z0-9_.-]{1,15}$/;
+const ABSOLUTE_PATH = { test: (v: string) => v.startsWith('/') && !v.includes('\0'), accepted: 'an absolute path' };
+const OPTIONAL_PATH = { test: (v: string) => v === '' || ABSOLUTE_PATH.test(v), accepted: 'an absolute path or empty' };
+
+/** Every setting: environment variable → how to read it. The order is the documentation order. */
+export const SETTINGS = {
+  NODE_NAME: text('', 'this node\'s Node name (required; from the downward API spec.nodeName)',
+    { test: (v) => /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(v), accepted: 'a Kubernetes node name (lowercase DNS subdomain)' }),
+  WG_INTERFACE: text('roamguard0', 'name of the WireGuard (TUN) interface',
+    { test: (v) => INTERFACE_NAME.test(v) && v !== '.' && v !== '..', accepted: 'an interface name of 1-15 letters, digits, "_", "." or "-"' }),
+  WG_LISTEN_PORT: integer(51820, 1, 65535, 'UDP port the data plane listens on (published per node, so nodes may differ)'),
+  WG_PERSISTENT_KEEPALIVE: integer(25, 0, 65535, 'seconds between keepalives to every peer (keeps NAT mappings open); 0 = off'),
+  WG_MTU: integer(1420, 1280, 65535, 'MTU of the tunnel interface; the pods\' MTU follows it'),
+  WG_IP_FAMILY: oneOf<IpFamilyChoice>('dualstack', ['ipv4', 'ipv6', 'dualstack'], 'family of the tunnel endpoint address (dualstack prefers IPv4)'),
+  PRIVATE_KEY_PATH: text('/var/lib/roamguard/private.key', 'WireGuard private key file (created 0600 on first start; keep it on persistent storage)', ABSOLUTE_PATH),
+  CNI_CONFIG_PATH: text('/etc/cni/net.d/10-roamguard.conflist', 'where the CNI conflist is written', ABSOLUTE_PATH),
+  CNI_IPAM_DATA_DIR: text('', 'host-local IPAM state directory (empty = the plugin\'s default)', OPTIONAL_PATH),
+  MASQUERADE_IPV4: bool(true, 'masquerade IPv4 traffic from local pods to destinations outside the pod networks'),
+  MASQUERADE_IPV6: bool(true, 'the same for IPv6'),
+  FILTER_IPV4: bool(false, 'drop new IPv4 connections from outside the cluster to local pods (replies still pass)'),
+  FILTER_IPV6: bool(false, 'the same for IPv6'),
+  NATIVE_ROUTING_IPV4: bool(false, 'IPv4 pod traffic follows the host\'s routes instead of the tunnel'),
+  NATIVE_ROUTING_IPV6: bool(false, 'the same for IPv6'),
+  FIREWALL_ONLY: bool(false, 'only masquerade/filter rules: no tunnel, no CNI config'),
+  POD_CIDR_SOURCE_IPV4: oneOf<PodCidrSource>('spec', ['none', 'spec', 'file'], 'where this node\'s IPv4 pod CIDRs come from'),
+  POD_CIDR_SOURCE_IPV6: oneOf<PodCidrSource>('spec', ['none', 'spec', 'file'], 'where this node\'s IPv6 pod CIDRs come from'),
+  POD_CIDR_SOURCE_PATH: text('', 'file with one pod CIDR per line (for the "file" source; watched for changes)', OPTIONAL_PATH),
+  NODE_IP_INTERFACES: text('', 'comma-separated interfaces whose global unicast addresses are added to the node addresses',
+    { test: (v) => v === '' || v.split(',').every((n) => INTERFACE_NAME.test(n.trim())), accepted: 'a comma-separated list of interface names' }),
+  KUBECONFIG: text('', 'kubeconfig file (empty = in-cluster service account)', OPTIONAL_PATH),
+  KUBE_API_SERVER: text('', 'explicit API server URL, e.g. https://10.0.0.1:6443 (overrides the kubeconfig\'s server)',
+    { test: (v) => v === '' || /^https?:\/\/[^\s/]+(\/.*)?$/.test(v), accepted: 'an http:// or https:// URL, or empty' }),
+  LOG_LEVEL: oneOf<Settings['logLevel']>('info', ['debug', 'info', 'warn', 'error', 'silent'], 'log verbosity'),
+  WG_DATAPLANE: oneOf<DataplaneChoice>('roamguard', ['roamguard', 'wireguard-go', 'external'],
+    'data plane started when none answers on the control socket; external = never start one, wait for it'),
+  WG_SOCKET_DIR: text('/var/run/wireguard', 'directory of the WireGuard control sockets', ABSOLUTE_PATH),
+  NFT_TABLE: text('roamguard', 'name of the nftables table (family inet) the agent owns',
+    { test: (v) => /^[A-Za-z][A-Za-z0-9_-]{0,31}$/.test(v), accepted: 'a table name (letter, then letters, digits, "_" or "-")' }),
+  RESYNC_INTERVAL: integer(60, 1, 86400, 'seconds between full re-applications of routes and firewall rules'),
+  METRICS_ADDRESS: text(':9474', 'host:port for /metrics, /healthz and /readyz; empty = off',
+    { test: (v) => v === '' || /^(\[[0-9a-fA-F:.]+\]|[0-9.]*|[A-Za-z0-9.-]+):\d{1,5}$/.test(v), accepted: 'host:port, :port or empty' }),
+} as const;
+
+type SettingName = keyof typeof SETTINGS;
+
+/**
+ * Reads and validates every setting. Throws a SettingError for the first bad value, naming it.
+ * Unset and empty variables take their defaults (an empty NODE_NAME is an error: it is required).
+ */
+export function loadSettings(env: Env = process.env): Settings {
+  const get = <N extends SettingName>(name: N): ReturnType<(typeof SETTINGS)[N]['parse']> => {
+    const spec = SETTINGS[name];
+    const raw = env[name];
+    const value = raw === undefined || raw.trim() === '' ? spec.default : raw;
+    return spec.parse(value, name) as ReturnType<(typeof SETTINGS)[N]['parse']>;
+  };
+
+  if ((env.NODE_NAME ?? '').trim() === '') throw new SettingError('NODE_NAME', env.NODE_NAME ?? '', 'the Node\'s name (set it from the downward API: spec.nodeName)');
+
+  const settings: Settings = {
+    nodeName: get('NODE_NAME'),
+    interfaceName: get('WG_INTERFACE'),
+    listenPort: get('WG_LISTEN_PORT'),
+    persistentKeepalive: get('WG_PERSISTENT_KEEPALIVE'),
+    mtu: get('WG_MTU'),
+    wgIpFamily: get('WG_IP_FAMILY'),
+    privateKeyPath: get('PRIVATE_KEY_PATH'),
+    cniConfigPath: get('CNI_CONFIG_PATH'),
+    cniIpamDataDir: get('CNI_IPAM_DATA_DIR'),
+    masquerade: { ipv4: get('MASQUERADE_IPV4'), ipv6: get('MASQUERADE_IPV6') },
+    filter: { ipv4: get('FILTER_IPV4'), ipv6: get('FILTER_IPV6') },
+    nativeRouting: { ipv4: get('NATIVE_ROUTING_IPV4'), ipv6: get('NATIVE_ROUTING_IPV6') },
+    firewallOnly: get('FIREWALL_ONLY'),
+    podCidrSource: { ipv4: get('POD_CIDR_SOURCE_IPV4'), ipv6: get('POD_CIDR_SOURCE_IPV6') },
+    podCidrSourcePath: get('POD_CIDR_SOURCE_PATH'),
+    nodeIpInterfaces: get('NODE_IP_INTERFACES').split(',').map((s) => s.trim()).filter(Boolean),
+    kubeconfig: get('KUBECONFIG'),
+    apiServer: get('KUBE_API_SERVER'),
+    logLevel: get('LOG_LEVEL'),
+    dataplane: get('WG_DATAPLANE'),
+    socketDir: get('WG_SOCKET_DIR'),
+    nftTable: get('NFT_TABLE'),
+    resyncInterval: get('RESYNC_INTERVAL'),
+    metricsAddress: get('METRICS_ADDRESS'),
+  };
+
+  // Settings that are only wrong together.
+  const usesFile = settings.podCidrSource.ipv4 === 'file' || settings.podCidrSource.ipv6 === 'file';
+  if (usesFile && settings.podCidrSourcePath === '') {
+    throw new SettingError('POD_CIDR_SOURCE_PATH', '', 'a file path, because a POD_CIDR_SOURCE_* is "file"');
+  }
+  return settings;
+}
+
+/** The settings documentation as Markdown table rows (README, manifest comments). */
+export function settingsTable(): string {
+  const rows = ['| variable | default | meaning |', '|---|---|---|'];
+  for (const [name, spec] of Object.entries(SETTINGS)) rows.push(`| \`${name}\` | ${spec.default === '' ? '(empty)' : `\`${spec.default}\``} | ${spec.doc} |`);
+  return rows.join('\n');
+}

@@ -1,0 +1,156 @@
+/**
+ * What a node publishes about itself on its Node object, and reading it back from other Nodes.
+ *
+ * | annotation                     | value                                                        |
+ * |--------------------------------|--------------------------------------------------------------|
+ * | `roamguard.io/public-key`      | WireGuard public key, base64                                 |
+ * | `roamguard.io/listen-port`     | the data plane's UDP port (nodes may use different ports)    |
+ * | `roamguard.io/pod-cidrs`       | JSON array of this node's pod CIDRs, both families           |
+ * | `roamguard.io/node-ips`        | JSON array of addresses found on NODE_IP_INTERFACES          |
+ * | `roamguard.io/force-endpoint`  | set by an operator: `ip:port` other nodes must use (a port   |
+ * |                                | forward on a NAT router); overrides the computed endpoint     |
+ *
+ * Everything read here comes from objects anyone with patch rights on Nodes can write, so each
+ * value is checked and bounded; a bad value rejects that one node (with a reason) and never
+ * throws past `parseNodeAnnotations`.
+ */
+import { Endpoint } from '../../dataplane/net/endpoint.ts';
+import { formatIp, formatPrefix, parseIp, parsePrefix } from '../../dataplane/net/ip.ts';
+import { keyFromBase64 } from '../../dataplane/noise/keys.ts';
+
+export const ANNOTATION = {
+  publicKey: 'roamguard.io/public-key',
+  listenPort: 'roamguard.io/listen-port',
+  podCidrs: 'roamguard.io/pod-cidrs',
+  nodeIps: 'roamguard.io/node-ips',
+  forceEndpoint: 'roamguard.io/force-endpoint',
+} as const;
+
+/** Bounds on what one Node may claim: enough for any real node, small enough to be harmless. */
+export const LIMITS = {
+  valueLength: 8192,
+  podCidrs: 16,
+  nodeIps: 32,
+  /** Shorter prefixes would let one node claim most of an address family. */
+  minPrefixLength: { 4: 8, 6: 16 } as Record<4 | 6, number>,
+} as const;
+
+/** The subset of a Kubernetes Node the mesh reads (plain JSON, as the API server sends it). */
+export interface NodeObject {
+  metadata?: { name?: string; annotations?: Record<string, string> | null; creationTimestamp?: string | Date; deletionTimestamp?: string | Date | null };
+  spec?: { podCIDR?: string; podCIDRs?: string[] } | null;
+  status?: { addresses?: Array<{ type?: string; address?: string }> | null } | null;
+}
+
+/** A node's published mesh facts, validated and in canonical text form. */
+export interface NodeAnnotations {
+  publicKey: string;
+  publicKeyBytes: Uint8Array;
+  listenPort?: number;
+  podCidrs: string[];
+  nodeIps: string[];
+  forceEndpoint?: string;
+}
+
+export type AnnotationResult =
+  | { ok: true; value: NodeAnnotations }
+  /** `missing`: the node does not run roamguard (yet); not an error worth a warning. */
+  | { ok: false; missing: boolean; reason: string };
+
+function jsonStringArray(text: string, what: string, max: number): string[] {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new Error(`${what} is not JSON`);
+  }
+  if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) throw new Error(`${what} is not a JSON array of strings`);
+  if (value.length > max) throw new Error(`${what} has ${value.length} entries (at most ${max})`);
+  return value as string[];
+}
+
+/** Canonical text of a CIDR, or an error naming it. Host bits must be zero, as in `.spec.podCIDRs`. */
+export function canonicalCidr(text: string, what: string): string {
+  const trimmed = text.trim();
+  const shown = JSON.stringify(trimmed.slice(0, 64));
+  const slash = trimmed.indexOf('/');
+  if (slash < 0) throw new Error(`${what}: ${shown} is not a CIDR (no prefix length)`);
+  let prefix, address;
+  try {
+    prefix = parsePrefix(trimmed);
+    address = parseIp(trimmed.slice(0, slash));
+  } catch (err) {
+    throw new Error(`${what}: ${shown} is not a CIDR (${(err as Error).message})`);
+  }
+  const canonical = formatPrefix(prefix);
+  if (formatIp(address) !== formatIp(prefix.address)) throw new Error(`${what}: ${shown} has host bits set (did you mean ${canonical}?)`);
+  const family = prefix.address.length === 4 ? 4 : 6;
+  if (prefix.bits < LIMITS.minPrefixLength[family]) {
+    throw new Error(`${what}: ${canonical} is wider than /${LIMITS.minPrefixLength[family]}`);
+  }
+  return canonical;
+}
+
+/** Canonical text of an IP address, or an error naming it. */
+export function canonicalIp(text: string, what: string): string {
+  try {
+    return formatIp(parseIp(text.trim()));
+  } catch (err) {
+    throw new Error(`${what}: ${JSON.stringify(text.slice(0, 64))} is not an IP address (${(err as Error).message})`);
+  }
+}
+
+/** Reads and checks a Node's roamguard annotations. */
+export function parseNodeAnnotations(node: NodeObject): AnnotationResult {
+  const annotations = node.metadata?.annotations ?? {};
+  const key = annotations[ANNOTATION.publicKey];
+  if (key === undefined || key === '') return { ok: false, missing: true, reason: `no ${ANNOTATION.publicKey} annotation` };
+  try {
+    for (const name of Object.values(ANNOTATION)) {
+      const v = annotations[name];
+      if (v !== undefined && v.length > LIMITS.valueLength) throw new Error(`${name} is ${v.length} characters long (at most ${LIMITS.valueLength})`);
+    }
+    let publicKeyBytes: Uint8Array;
+    try {
+      publicKeyBytes = keyFromBase64(key);
+    } catch (err) {
+      throw new Error(`${ANNOTATION.publicKey}: ${(err as Error).message}`);
+    }
+    const portText = annotations[ANNOTATION.listenPort];
+    let listenPort: number | undefined;
+    if (portText !== undefined) {
+      if (!/^\d{1,5}$/.test(portText) || Number(portText) < 1 || Number(portText) > 65535) {
+        throw new Error(`${ANNOTATION.listenPort}: ${JSON.stringify(portText.slice(0, 16))} is not a port (1-65535)`);
+      }
+      listenPort = Number(portText);
+    }
+    const cidrText = annotations[ANNOTATION.podCidrs];
+    const podCidrs = cidrText === undefined ? [] : jsonStringArray(cidrText, ANNOTATION.podCidrs, LIMITS.podCidrs)
+      .map((c) => canonicalCidr(c, ANNOTATION.podCidrs));
+    const ipText = annotations[ANNOTATION.nodeIps];
+    const nodeIps = ipText === undefined ? [] : jsonStringArray(ipText, ANNOTATION.nodeIps, LIMITS.nodeIps)
+      .map((ip) => canonicalIp(ip, ANNOTATION.nodeIps));
+    const forceText = annotations[ANNOTATION.forceEndpoint];
+    let forceEndpoint: string | undefined;
+    if (forceText !== undefined && forceText.trim() !== '') {
+      try {
+        forceEndpoint = Endpoint.parse(forceText.trim()).toString();
+      } catch (err) {
+        throw new Error(`${ANNOTATION.forceEndpoint}: ${(err as Error).message}`);
+      }
+    }
+    return { ok: true, value: { publicKey: key.trim(), publicKeyBytes, listenPort, podCidrs: [...new Set(podCidrs)], nodeIps: [...new Set(nodeIps)], forceEndpoint } };
+  } catch (err) {
+    return { ok: false, missing: false, reason: (err as Error).message };
+  }
+}
+
+/** The annotations this node publishes (a merge patch of exactly these keys). */
+export function formatOwnAnnotations(own: { publicKey: string; listenPort: number; podCidrs: readonly string[]; nodeIps: readonly string[] }): Record<string, string> {
+  return {
+    [ANNOTATION.publicKey]: own.publicKey,
+    [ANNOTATION.listenPort]: String(own.listenPort),
+    [ANNOTATION.podCidrs]: JSON.stringify(own.podCidrs),
+    [ANNOTATION.nodeIps]: JSON.stringify(own.nodeIps),
+  };
+}

@@ -1,0 +1,201 @@
+/**
+ * From the cluster's Node objects to the peers this node wants, keyed by public key.
+ *
+ * The rules that keep a mesh behind NAT working (lessons from Flannel PR #2073, Calico, Cilium):
+ * - A peer is its public key. Any number of peers may share an endpoint address; nothing here
+ *   ever compares endpoints between nodes.
+ * - Claims are resolved in a stable order (oldest Node first, then by name), so a newcomer can
+ *   never take over what an existing node holds: a node claiming a public key or pod CIDR that an
+ *   earlier node (or this node) already holds is rejected with a reason, and the earlier node
+ *   keeps working.
+ * - A node address claimed by several nodes (nodes behind one NAT publishing the same public IP)
+ *   is an ambiguous identity, so it goes into nobody's AllowedIPs; it can still be an endpoint.
+ */
+import { Endpoint } from '../../dataplane/net/endpoint.ts';
+import { parseIp, parsePrefix, type Prefix } from '../../dataplane/net/ip.ts';
+import { ANNOTATION, canonicalIp, parseNodeAnnotations, type NodeObject } from './annotations.ts';
+import type { IpFamilyChoice, PerFamily } from '../config/settings.ts';
+
+export interface DesiredPeer {
+  nodeName: string;
+  publicKey: string;
+  publicKeyBytes: Uint8Array;
+  /** The endpoint to start from (`ip:port`); undefined when the node publishes no usable address. */
+  endpoint?: string;
+  /** Canonical, sorted, unique. */
+  allowedIps: string[];
+  persistentKeepalive: number;
+}
+
+export interface Rejection { node: string; reason: string }
+
+export interface MeshState {
+  /** By base64 public key. */
+  peers: Map<string, DesiredPeer>;
+  /** Nodes left out because of what they publish; every other node is unaffected. */
+  rejected: Rejection[];
+  /** Nodes that publish no roamguard key yet (agent not started there): no peer, no warning. */
+  waiting: string[];
+  /** Every node's pod CIDRs, this node's included (firewall sets), canonical order. */
+  clusterPodCidrs: string[];
+  /** Remote pod CIDRs routed into the tunnel (families without native routing). */
+  tunnelRoutes: string[];
+}
+
+export interface SelfView {
+  nodeName: string;
+  /** This node's public key (base64). */
+  publicKey: string;
+  podCidrs: readonly string[];
+  /** This node's own addresses: never put into a peer's AllowedIPs. */
+  addresses: readonly string[];
+}
+
+export interface MeshOptions {
+  wgIpFamily: IpFamilyChoice;
+  nativeRouting: PerFamily<boolean>;
+  /** Used when a node does not publish its port. */
+  defaultListenPort: number;
+  persistentKeepalive: number;
+}
+
+/** IPv4 before IPv6, then by address bytes, then by prefix length. */
+export function compareAddressText(a: string, b: string): number {
+  const pa = parsePrefix(a), pb = parsePrefix(b);
+  return comparePrefixes(pa, pb);
+}
+
+function comparePrefixes(a: Prefix, b: Prefix): number {
+  if (a.address.length !== b.address.length) return a.address.length - b.address.length;
+  for (let i = 0; i < a.address.length; i++) if (a.address[i] !== b.address[i]) return a.address[i] - b.address[i];
+  return a.bits - b.bits;
+}
+
+export function sortAddresses(list: Iterable<string>): string[] {
+  return [...new Set(list)].sort(compareAddressText);
+}
+
+function familyOfText(text: string): 4 | 6 {
+  return text.includes(':') ? 6 : 4;
+}
+
+function overlaps(a: Prefix, b: Prefix): boolean {
+  if (a.address.length !== b.address.length) return false;
+  const bits = Math.min(a.bits, b.bits);
+  for (let i = 0; i < a.address.length && i * 8 < bits; i++) {
+    const keep = Math.min(8, bits - i * 8);
+    const mask = (0xff << (8 - keep)) & 0xff;
+    if ((a.address[i] & mask) !== (b.address[i] & mask)) return false;
+  }
+  return true;
+}
+
+/** InternalIP and ExternalIP entries of the Node plus its `node-ips` annotation, canonical order. */
+export function nodeAddresses(node: NodeObject, annotatedIps: readonly string[]): string[] {
+  const out: string[] = [...annotatedIps];
+  for (const entry of node.status?.addresses ?? []) {
+    if (entry?.type !== 'InternalIP' && entry?.type !== 'ExternalIP') continue;
+    if (typeof entry.address !== 'string') continue;
+    try {
+      out.push(canonicalIp(entry.address, 'status.addresses'));
+    } catch { /* kubelet wrote something odd: not an address we can use */ }
+  }
+  return sortAddresses(out);
+}
+
+/** The first address of the chosen family (dualstack: IPv4 first, else IPv6). */
+export function selectEndpointHost(addresses: readonly string[], family: IpFamilyChoice): string | undefined {
+  const sorted = sortAddresses(addresses);
+  const v4 = sorted.find((a) => familyOfText(a) === 4);
+  const v6 = sorted.find((a) => familyOfText(a) === 6);
+  if (family === 'ipv4') return v4;
+  if (family === 'ipv6') return v6;
+  return v4 ?? v6;
+}
+
+function creationOrder(node: NodeObject): number {
+  const t = node.metadata?.creationTimestamp;
+  const ms = t === undefined ? NaN : new Date(t).getTime();
+  return Number.isFinite(ms) ? ms : Number.MAX_SAFE_INTEGER;
+}
+
+/** Computes the desired mesh from every Node. Never throws on what Nodes contain. */
+export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, options: MeshOptions): MeshState {
+  const rejected: Rejection[] = [];
+  const waiting: string[] = [];
+  const ordered = [...nodes]
+    .filter((n) => typeof n.metadata?.name === 'string' && n.metadata.name !== self.nodeName)
+    .sort((a, b) => creationOrder(a) - creationOrder(b) || (a.metadata!.name! < b.metadata!.name! ? -1 : 1));
+
+  const keyOwner = new Map<string, string>([[self.publicKey, self.nodeName]]);
+  const cidrClaims: Array<{ prefix: Prefix; node: string }> = self.podCidrs.map((c) => ({ prefix: parsePrefix(c), node: self.nodeName }));
+  const ownAddresses = new Set(self.addresses.map((a) => canonicalIp(a, 'own address')));
+
+  interface Accepted { name: string; publicKey: string; publicKeyBytes: Uint8Array; podCidrs: string[]; addresses: string[]; endpoint?: string }
+  const accepted: Accepted[] = [];
+  for (const node of ordered) {
+    const name = node.metadata!.name!;
+    const parsed = parseNodeAnnotations(node);
+    if (!parsed.ok) {
+      if (parsed.missing) waiting.push(name);
+      else rejected.push({ node: name, reason: parsed.reason });
+      continue;
+    }
+    const a = parsed.value;
+    const owner = keyOwner.get(a.publicKey);
+    if (owner !== undefined) {
+      rejected.push({ node: name, reason: owner === self.nodeName
+        ? `${ANNOTATION.publicKey} is this node's own public key`
+        : `${ANNOTATION.publicKey} is already used by node ${owner}` });
+      continue;
+    }
+    const prefixes = a.podCidrs.map((c) => parsePrefix(c));
+    const clash = prefixes.flatMap((p, i) => {
+      const other = cidrClaims.find((claim) => overlaps(claim.prefix, p));
+      return other ? [`${a.podCidrs[i]} overlaps a pod CIDR of node ${other.node}`] : [];
+    });
+    if (clash.length > 0) {
+      rejected.push({ node: name, reason: `${ANNOTATION.podCidrs}: ${clash[0]}` });
+      continue;
+    }
+    keyOwner.set(a.publicKey, name);
+    prefixes.forEach((prefix) => cidrClaims.push({ prefix, node: name }));
+    const addresses = nodeAddresses(node, a.nodeIps);
+    let endpoint = a.forceEndpoint;
+    if (endpoint === undefined) {
+      const host = selectEndpointHost(addresses, options.wgIpFamily);
+      if (host !== undefined) endpoint = new Endpoint(host, a.listenPort ?? options.defaultListenPort).toString();
+    }
+    accepted.push({ name, publicKey: a.publicKey, publicKeyBytes: a.publicKeyBytes, podCidrs: a.podCidrs, addresses, endpoint });
+  }
+
+  // Addresses published by more than one node identify none of them.
+  const addressCount = new Map<string, number>();
+  for (const node of accepted) for (const ip of node.addresses) addressCount.set(ip, (addressCount.get(ip) ?? 0) + 1);
+
+  const routed = (cidr: string) => !(familyOfText(cidr) === 4 ? options.nativeRouting.ipv4 : options.nativeRouting.ipv6);
+  const peers = new Map<string, DesiredPeer>();
+  const tunnelRoutes: string[] = [];
+  for (const node of accepted) {
+    const podCidrs = node.podCidrs.filter(routed);
+    tunnelRoutes.push(...podCidrs);
+    const hostRoutes = node.addresses
+      .filter((ip) => addressCount.get(ip) === 1 && !ownAddresses.has(ip))
+      .map((ip) => `${ip}/${parseIp(ip).length * 8}`);
+    peers.set(node.publicKey, {
+      nodeName: node.name,
+      publicKey: node.publicKey,
+      publicKeyBytes: node.publicKeyBytes,
+      endpoint: node.endpoint,
+      allowedIps: sortAddresses([...podCidrs, ...hostRoutes]),
+      persistentKeepalive: options.persistentKeepalive,
+    });
+  }
+  return {
+    peers,
+    rejected,
+    waiting,
+    clusterPodCidrs: sortAddresses([...self.podCidrs, ...accepted.flatMap((n) => n.podCidrs)]),
+    tunnelRoutes: sortAddresses(tunnelRoutes),
+  };
+}

@@ -1,0 +1,137 @@
+/**
+ * Desired peers against what the data plane reports (`get=1`), as the smallest `set=1` request
+ * that closes the gap. Pure: the caller fetches the snapshot and sends the request.
+ *
+ * - Peers are matched by public key only.
+ * - A peer missing from the desired set is removed only once the Node list is complete
+ *   (`collectGarbage`): after an agent restart, a half-filled cache must not tear down tunnels.
+ * - AllowedIPs change as set differences (`allowed_ip=-x` removes one prefix), never by replacing
+ *   the peer; removals come before additions, so a prefix moving between peers in one request
+ *   lands on its new owner. Daemons that predate `-` removal get `replace_allowed_ips` instead.
+ * - The endpoint is a bootstrap hint. The data plane moves it when the peer roams (NAT rebinding),
+ *   and reconcile keeps that: it writes the published endpoint only for a new peer, a peer with no
+ *   endpoint, a peer whose published endpoint changed since we last wrote it, or (when we have no
+ *   memory, after a restart) a peer that has not completed a handshake recently.
+ */
+import { Endpoint } from '../../dataplane/net/endpoint.ts';
+import { formatPrefix, parsePrefix } from '../../dataplane/net/ip.ts';
+import { keyToBase64 } from '../../dataplane/noise/keys.ts';
+import type { DeviceSnapshot, PeerChange, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
+import type { DesiredPeer } from './desired-peers.ts';
+
+/** A handshake younger than this (WireGuard's Reject-After-Time) means the current endpoint works. */
+export const RECENT_HANDSHAKE_MS = 180_000;
+
+/** What the agent remembers between reconciles (in memory; lost on restart, which is handled). */
+export interface ReconcileMemory {
+  /** Base64 key → the published endpoint last written to the data plane for that peer. */
+  writtenEndpoint: Map<string, string | undefined>;
+}
+
+export function newReconcileMemory(): ReconcileMemory {
+  return { writtenEndpoint: new Map() };
+}
+
+export interface ReconcileOptions {
+  collectGarbage: boolean;
+  /** The data plane understands `allowed_ip=-prefix` (roamguard, newer wireguard-go). */
+  canRemoveAllowedIp: boolean;
+  nowWallMs: number;
+}
+
+export type PeerAction =
+  | { kind: 'add'; peer: DesiredPeer }
+  | { kind: 'remove'; publicKey: string }
+  | { kind: 'update'; peer: DesiredPeer; added: string[]; removed: string[]; endpoint?: string; keepalive?: number };
+
+export interface ReconcilePlan {
+  /** Undefined when nothing needs changing. */
+  request?: SetRequest;
+  actions: PeerAction[];
+  /** Peers the data plane has but the mesh does not want, kept because garbage collection is off. */
+  kept: string[];
+}
+
+function canonical(list: Iterable<string>): Set<string> {
+  const out = new Set<string>();
+  for (const text of list) out.add(formatPrefix(parsePrefix(text)));
+  return out;
+}
+
+export function planReconcile(
+  desired: ReadonlyMap<string, DesiredPeer>,
+  device: DeviceSnapshot,
+  memory: ReconcileMemory,
+  options: ReconcileOptions,
+): ReconcilePlan {
+  const actions: PeerAction[] = [];
+  const kept: string[] = [];
+  const removals: PeerChange[] = [];
+  const updates: PeerChange[] = [];
+  const seen = new Set<string>();
+
+  for (const current of device.peers) {
+    const key = keyToBase64(current.publicKey);
+    seen.add(key);
+    const want = desired.get(key);
+    if (!want) {
+      if (options.collectGarbage) {
+        actions.push({ kind: 'remove', publicKey: key });
+        removals.push({ publicKey: current.publicKey, remove: true, updateOnly: false, replaceAllowedIps: false, allowedIps: [] });
+      } else {
+        kept.push(key);
+      }
+      continue;
+    }
+    const have = canonical(current.allowedIps.map(formatPrefix));
+    const wantSet = canonical(want.allowedIps);
+    const added = [...wantSet].filter((p) => !have.has(p));
+    const removed = [...have].filter((p) => !wantSet.has(p));
+
+    const written = memory.writtenEndpoint.get(key);
+    const remembered = memory.writtenEndpoint.has(key);
+    let endpoint: string | undefined;
+    if (want.endpoint !== undefined && !(current.endpoint && Endpoint.parse(want.endpoint).equals(current.endpoint))) {
+      const recent = current.lastHandshakeWallMs > 0 && options.nowWallMs - current.lastHandshakeWallMs < RECENT_HANDSHAKE_MS;
+      if (!current.endpoint) endpoint = want.endpoint;
+      else if (remembered && written !== want.endpoint) endpoint = want.endpoint;
+      else if (!remembered && !recent) endpoint = want.endpoint;
+    }
+    if (want.endpoint !== undefined && (endpoint !== undefined || !remembered)) memory.writtenEndpoint.set(key, want.endpoint);
+    const keepalive = current.persistentKeepalive !== want.persistentKeepalive ? want.persistentKeepalive : undefined;
+
+    if (added.length === 0 && removed.length === 0 && endpoint === undefined && keepalive === undefined) continue;
+    actions.push({ kind: 'update', peer: want, added, removed, endpoint, keepalive });
+    const replace = removed.length > 0 && !options.canRemoveAllowedIp;
+    if (removed.length > 0 && !replace) {
+      removals.push({
+        publicKey: want.publicKeyBytes, remove: false, updateOnly: true, replaceAllowedIps: false,
+        allowedIps: removed.map((p) => ({ prefix: parsePrefix(p), remove: true })),
+      });
+    }
+    updates.push({
+      publicKey: want.publicKeyBytes, remove: false, updateOnly: true,
+      endpoint: endpoint === undefined ? undefined : Endpoint.parse(endpoint),
+      persistentKeepalive: keepalive,
+      replaceAllowedIps: replace,
+      allowedIps: (replace ? [...wantSet] : added).map((p) => ({ prefix: parsePrefix(p), remove: false })),
+    });
+  }
+
+  for (const [key, want] of desired) {
+    if (seen.has(key)) continue;
+    actions.push({ kind: 'add', peer: want });
+    memory.writtenEndpoint.set(key, want.endpoint);
+    updates.push({
+      publicKey: want.publicKeyBytes, remove: false, updateOnly: false,
+      endpoint: want.endpoint === undefined ? undefined : Endpoint.parse(want.endpoint),
+      persistentKeepalive: want.persistentKeepalive,
+      replaceAllowedIps: false,
+      allowedIps: want.allowedIps.map((p) => ({ prefix: parsePrefix(p), remove: false })),
+    });
+  }
+  for (const key of [...memory.writtenEndpoint.keys()]) if (!desired.has(key)) memory.writtenEndpoint.delete(key);
+
+  const peers = [...removals, ...updates];
+  return { actions, kept, request: peers.length > 0 ? { replacePeers: false, peers } : undefined };
+}

@@ -1,0 +1,133 @@
+/** The agent's settings: defaults, every variable's accepted values, and one-line errors naming the variable. */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { SETTINGS, SettingError, loadSettings, settingsTable } from '../../control/config/settings.ts';
+
+const base = { NODE_NAME: 'node-a' };
+
+function errorFor(env: Record<string, string>): SettingError {
+  try {
+    loadSettings({ ...base, ...env });
+  } catch (err) {
+    assert.ok(err instanceof SettingError, `expected a SettingError, got ${String(err)}`);
+    return err;
+  }
+  assert.fail(`expected ${JSON.stringify(env)} to be rejected`);
+}
+
+describe('agent settings', () => {
+  test('defaults', () => {
+    const s = loadSettings(base);
+    assert.equal(s.nodeName, 'node-a');
+    assert.equal(s.interfaceName, 'roamguard0');
+    assert.equal(s.listenPort, 51820);
+    assert.equal(s.persistentKeepalive, 25);
+    assert.equal(s.mtu, 1420);
+    assert.equal(s.wgIpFamily, 'dualstack');
+    assert.equal(s.privateKeyPath, '/var/lib/roamguard/private.key');
+    assert.equal(s.cniConfigPath, '/etc/cni/net.d/10-roamguard.conflist');
+    assert.deepEqual(s.masquerade, { ipv4: true, ipv6: true });
+    assert.deepEqual(s.filter, { ipv4: false, ipv6: false });
+    assert.deepEqual(s.nativeRouting, { ipv4: false, ipv6: false });
+    assert.equal(s.firewallOnly, false);
+    assert.deepEqual(s.podCidrSource, { ipv4: 'spec', ipv6: 'spec' });
+    assert.deepEqual(s.nodeIpInterfaces, []);
+    assert.equal(s.dataplane, 'roamguard');
+    assert.equal(s.socketDir, '/var/run/wireguard');
+    assert.equal(s.nftTable, 'roamguard');
+  });
+
+  test('NODE_NAME is required', () => {
+    assert.throws(() => loadSettings({}), (err: Error) => err instanceof SettingError && /^NODE_NAME="" is not valid: expected .*downward API/.test(err.message));
+    assert.match(errorFor({ NODE_NAME: 'Bad_Name' }).message, /^NODE_NAME="Bad_Name" is not valid/);
+  });
+
+  test('values are parsed', () => {
+    const s = loadSettings({
+      ...base, WG_INTERFACE: 'wg-pods', WG_LISTEN_PORT: '4000', WG_PERSISTENT_KEEPALIVE: '0', WG_MTU: '1380',
+      WG_IP_FAMILY: 'IPv6', MASQUERADE_IPV4: 'false', MASQUERADE_IPV6: '0', FILTER_IPV4: 'yes', FILTER_IPV6: 'on',
+      NATIVE_ROUTING_IPV6: '1', FIREWALL_ONLY: 'true', POD_CIDR_SOURCE_IPV4: 'file', POD_CIDR_SOURCE_IPV6: 'none',
+      POD_CIDR_SOURCE_PATH: '/etc/roamguard/cidrs.txt', NODE_IP_INTERFACES: 'eth0, eth1', WG_DATAPLANE: 'wireguard-go',
+      KUBE_API_SERVER: 'https://10.0.0.1:6443', RESYNC_INTERVAL: '5', METRICS_ADDRESS: '127.0.0.1:9000',
+    });
+    assert.equal(s.interfaceName, 'wg-pods');
+    assert.equal(s.listenPort, 4000);
+    assert.equal(s.persistentKeepalive, 0);
+    assert.equal(s.mtu, 1380);
+    assert.equal(s.wgIpFamily, 'ipv6');
+    assert.deepEqual(s.masquerade, { ipv4: false, ipv6: false });
+    assert.deepEqual(s.filter, { ipv4: true, ipv6: true });
+    assert.deepEqual(s.nativeRouting, { ipv4: false, ipv6: true });
+    assert.equal(s.firewallOnly, true);
+    assert.deepEqual(s.podCidrSource, { ipv4: 'file', ipv6: 'none' });
+    assert.deepEqual(s.nodeIpInterfaces, ['eth0', 'eth1']);
+    assert.equal(s.dataplane, 'wireguard-go');
+    assert.equal(s.apiServer, 'https://10.0.0.1:6443');
+    assert.equal(s.resyncInterval, 5);
+  });
+
+  // One bad value per variable: the message names the variable, repeats the value, says what is accepted.
+  const bad: Array<[string, string, RegExp]> = [
+    ['WG_INTERFACE', 'a-name-longer-than-15', /interface name of 1-15/],
+    ['WG_INTERFACE', 'has space', /interface name/],
+    ['WG_LISTEN_PORT', '0', /integer from 1 to 65535/],
+    ['WG_LISTEN_PORT', '70000', /integer from 1 to 65535/],
+    ['WG_LISTEN_PORT', 'http', /integer from 1 to 65535/],
+    ['WG_PERSISTENT_KEEPALIVE', '-1', /integer from 0 to 65535/],
+    ['WG_MTU', '576', /integer from 1280 to 65535/],
+    ['WG_IP_FAMILY', 'ipv5', /one of ipv4, ipv6, dualstack/],
+    ['PRIVATE_KEY_PATH', 'relative/key', /absolute path/],
+    ['CNI_CONFIG_PATH', 'x.conflist', /absolute path/],
+    ['CNI_IPAM_DATA_DIR', 'state', /absolute path or empty/],
+    ['MASQUERADE_IPV4', 'maybe', /true\/false/],
+    ['MASQUERADE_IPV6', '2', /true\/false/],
+    ['FILTER_IPV4', 'enabled', /true\/false/],
+    ['FILTER_IPV6', 'nope', /true\/false/],
+    ['NATIVE_ROUTING_IPV4', 'y', /true\/false/],
+    ['NATIVE_ROUTING_IPV6', 't', /true\/false/],
+    ['FIREWALL_ONLY', 'sometimes', /true\/false/],
+    ['POD_CIDR_SOURCE_IPV4', 'expression', /one of none, spec, file/],
+    ['POD_CIDR_SOURCE_IPV6', 'cel', /one of none, spec, file/],
+    ['POD_CIDR_SOURCE_PATH', 'cidrs.txt', /absolute path or empty/],
+    ['NODE_IP_INTERFACES', 'eth0,,bad name', /comma-separated list of interface names/],
+    ['KUBECONFIG', '~/.kube/config', /absolute path or empty/],
+    ['KUBE_API_SERVER', '10.0.0.1:6443', /http:\/\/ or https:\/\/ URL/],
+    ['LOG_LEVEL', 'loud', /one of debug, info, warn, error, silent/],
+    ['WG_DATAPLANE', 'kernel', /one of roamguard, wireguard-go, external/],
+    ['WG_SOCKET_DIR', 'run/wg', /absolute path/],
+    ['NFT_TABLE', '1table', /table name/],
+    ['RESYNC_INTERVAL', '0', /integer from 1 to 86400/],
+    ['METRICS_ADDRESS', 'localhost', /host:port/],
+  ];
+  for (const [name, value, accepted] of bad) {
+    test(`${name}=${JSON.stringify(value)} is refused with one line naming it`, () => {
+      const err = errorFor({ [name]: value });
+      assert.equal(err.variable, name);
+      assert.ok(err.message.startsWith(`${name}=${JSON.stringify(value)} is not valid: expected `), err.message);
+      assert.match(err.message, accepted);
+      assert.ok(!err.message.includes('\n'), 'one line');
+    });
+  }
+
+  test('every setting has a bad-value case above, a default and a doc line', () => {
+    const covered = new Set(bad.map(([name]) => name));
+    for (const name of Object.keys(SETTINGS)) {
+      if (name === 'NODE_NAME') continue; // its own test
+      assert.ok(covered.has(name), `no bad-value test for ${name}`);
+    }
+    const table = settingsTable();
+    for (const name of Object.keys(SETTINGS)) assert.match(table, new RegExp(`\\| \`${name}\` \\|`));
+  });
+
+  test('a file source needs POD_CIDR_SOURCE_PATH', () => {
+    const err = errorFor({ POD_CIDR_SOURCE_IPV6: 'file' });
+    assert.equal(err.variable, 'POD_CIDR_SOURCE_PATH');
+    assert.match(err.message, /because a POD_CIDR_SOURCE_\* is "file"/);
+  });
+
+  test('empty values take the defaults', () => {
+    const s = loadSettings({ ...base, WG_LISTEN_PORT: '', MASQUERADE_IPV4: ' ' });
+    assert.equal(s.listenPort, 51820);
+    assert.equal(s.masquerade.ipv4, true);
+  });
+});
