@@ -1,0 +1,233 @@
+/**
+ * Kernel routes and addresses of the tunnel interface, reconciled with `ip`:
+ *
+ * - Routes: every remote pod CIDR goes `dev <tunnel>`; the WireGuard daemon then picks the peer by
+ *   its allowed IPs. Our routes carry a protocol number of their own ({@link DEFAULT_ROUTE_PROTOCOL}),
+ *   and we only ever list and delete routes with that number on that device — never the kernel's,
+ *   an admin's, or another agent's.
+ * - Addresses: the tunnel carries the gateway address (network + 1) of each local pod CIDR as a
+ *   /32 or /128, so traffic the node itself sends into the tunnel has a source inside the pod
+ *   network (which the remote node's filter accepts and its masquerade leaves alone).
+ * - Link: MTU and up.
+ *
+ * Reconciling is list → diff → change, per family; listing again finds nothing to do.
+ */
+import { formatIp, formatPrefix, parseIp, parsePrefix } from '../../dataplane/net/ip.ts';
+import { canonicalPrefixes, gatewayAddress, parseCidrList, prefixFamily, summarizePrefixes } from './cidrs.ts';
+import { runChecked, systemRunner, type CommandRunner } from './runner.ts';
+
+/**
+ * Route protocol (rtm_protocol) that marks routes as roamguard's. iproute2 and common routing
+ * daemons use 0–18, 42, 99 and 186–192; 147 is in none of their lists.
+ */
+export const DEFAULT_ROUTE_PROTOCOL = 147;
+
+export interface ReconcileReport {
+  /** What was added, canonical ("10.244.2.0/24", "10.244.1.1/32"). */
+  added: string[];
+  /** What was removed. */
+  removed: string[];
+}
+
+/** Linux interface names: 1–15 bytes, no '/', no blanks (we also refuse ':' and other oddities). */
+export function validateDeviceName(device: string): string {
+  if (typeof device !== 'string' || !/^[A-Za-z0-9_.-]{1,15}$/.test(device)) {
+    throw new Error(`bad interface name ${JSON.stringify(device)}: 1-15 letters, digits, "_", "." or "-"`);
+  }
+  return device;
+}
+
+function validateProtocol(protocol: number): number {
+  // 0–4 are the kernel's own meanings (unspec, redirect, kernel, boot, static).
+  if (!Number.isInteger(protocol) || protocol < 5 || protocol > 255) {
+    throw new Error(`route protocol must be an integer 5..255, got ${protocol}`);
+  }
+  return protocol;
+}
+
+function parseJsonArray(text: string, what: string): unknown[] {
+  let value: unknown;
+  try {
+    // iproute2 prints nothing at all (not "[]") for some empty listings.
+    value = text.trim() === '' ? [] : JSON.parse(text);
+  } catch (err) {
+    throw new Error(`cannot parse ${what}: ${(err as Error).message}`);
+  }
+  if (!Array.isArray(value)) throw new Error(`cannot parse ${what}: expected a JSON array`);
+  return value;
+}
+
+/**
+ * Destinations in `ip -j route show` output, canonical ("10.9.1.5" → "10.9.1.5/32"). Entries
+ * without a destination address ("default", "unreachable", multicast) are not ours and skipped.
+ */
+export function parseRouteDestinations(json: string): string[] {
+  const out: string[] = [];
+  for (const entry of parseJsonArray(json, '`ip -j route` output')) {
+    const dst = (entry as { dst?: unknown }).dst;
+    if (typeof dst !== 'string' || dst === 'default') continue;
+    try {
+      out.push(formatPrefix(parsePrefix(dst)));
+    } catch { /* not an address route */ }
+  }
+  return out;
+}
+
+export interface RouteReconcileOptions {
+  /** The tunnel interface. */
+  device: string;
+  /** Remote pod CIDRs (either family); summarized before use. */
+  cidrs: readonly string[];
+  /** Default {@link DEFAULT_ROUTE_PROTOCOL}. */
+  protocol?: number;
+  runner?: CommandRunner;
+}
+
+/** Our routes (this protocol) on `device` of one family, canonical. */
+export async function listOwnRoutes(device: string, family: 4 | 6, protocol = DEFAULT_ROUTE_PROTOCOL, runner: CommandRunner = systemRunner): Promise<string[]> {
+  validateDeviceName(device);
+  validateProtocol(protocol);
+  const result = await runChecked(runner, `list routes on ${device}`, 'ip', ['-j', `-${family}`, 'route', 'show', 'dev', device, 'proto', String(protocol)]);
+  return parseRouteDestinations(result.stdout);
+}
+
+/**
+ * Makes the routes with our protocol on `device` exactly the given CIDRs: missing ones are added
+ * (`ip route replace`, so a stale route to the same destination is taken over rather than
+ * failing), extra ones deleted. Each family is listed and changed on its own.
+ */
+export async function reconcileRoutes(options: RouteReconcileOptions): Promise<ReconcileReport> {
+  const device = validateDeviceName(options.device);
+  const protocol = validateProtocol(options.protocol ?? DEFAULT_ROUTE_PROTOCOL);
+  const runner = options.runner ?? systemRunner;
+  const desired = summarizePrefixes(parseCidrList(options.cidrs, 'route CIDRs'));
+  for (const p of desired) {
+    // A /0 through the tunnel would take the host's own default route, and its underlay with it.
+    if (p.bits === 0) throw new Error(`refusing to route ${formatPrefix(p)} through ${device}`);
+  }
+  const report: ReconcileReport = { added: [], removed: [] };
+  for (const family of [4, 6] as const) {
+    const want = desired.filter((p) => prefixFamily(p) === family).map(formatPrefix);
+    const have = await listOwnRoutes(device, family, protocol, runner);
+    for (const dst of want) {
+      if (have.includes(dst)) continue;
+      await runChecked(runner, `add the route to ${dst}`, 'ip', [`-${family}`, 'route', 'replace', dst, 'dev', device, 'proto', String(protocol)]);
+      report.added.push(dst);
+    }
+    for (const dst of have) {
+      if (want.includes(dst)) continue;
+      await runChecked(runner, `remove the route to ${dst}`, 'ip', [`-${family}`, 'route', 'del', dst, 'dev', device, 'proto', String(protocol)]);
+      report.removed.push(dst);
+    }
+  }
+  return report;
+}
+
+/**
+ * The tunnel addresses for this node's pod CIDRs: each gateway (network + 1) as /32 or /128,
+ * canonical. Not summarized: merging two adjacent local CIDRs would lose one of their gateways.
+ */
+export function gatewayAddressesFor(localPodCidrs: readonly string[]): string[] {
+  const addresses = canonicalPrefixes(parseCidrList(localPodCidrs, 'local pod CIDRs'))
+    .map((p) => formatPrefix({ address: gatewayAddress(p), bits: p.address.length * 8 }));
+  return addresses.filter((a, i) => addresses.indexOf(a) === i);
+}
+
+/** "address/length" with the address kept as given (host bits are the point of an interface address). */
+function parseInterfaceAddress(text: string): string {
+  const slash = typeof text === 'string' ? text.indexOf('/') : -1;
+  if (slash < 0) throw new Error(`address ${JSON.stringify(text)} needs a prefix length, e.g. 10.244.1.1/32`);
+  const address = parseIp(text.slice(0, slash));
+  const bitsText = text.slice(slash + 1);
+  if (!/^\d{1,3}$/.test(bitsText) || Number(bitsText) > address.length * 8) throw new Error(`bad prefix length in address ${JSON.stringify(text)}`);
+  return `${formatIp(address)}/${Number(bitsText)}`;
+}
+
+/** Global-scope addresses in `ip -j addr show` output as "address/prefixlen" (link-local and host scope skipped). */
+export function parseGlobalAddresses(json: string): string[] {
+  const out: string[] = [];
+  for (const link of parseJsonArray(json, '`ip -j addr` output')) {
+    const infos = (link as { addr_info?: unknown }).addr_info;
+    if (!Array.isArray(infos)) continue;
+    for (const info of infos as Array<{ family?: unknown; local?: unknown; prefixlen?: unknown; scope?: unknown }>) {
+      if ((info.family !== 'inet' && info.family !== 'inet6') || info.scope !== 'global') continue;
+      if (typeof info.local !== 'string' || typeof info.prefixlen !== 'number') continue;
+      out.push(`${formatIp(parseIp(info.local))}/${info.prefixlen}`);
+    }
+  }
+  return out;
+}
+
+export interface AddressReconcileOptions {
+  /** The tunnel interface; it belongs to roamguard, so any other global address on it is removed. */
+  device: string;
+  /** Wanted addresses with prefix length, e.g. from {@link gatewayAddressesFor}. */
+  addresses: readonly string[];
+  runner?: CommandRunner;
+}
+
+/**
+ * Makes the global-scope addresses of `device` exactly `addresses` (link-local ones are left
+ * alone). New addresses are added before stale ones are removed, so a pod CIDR change never leaves
+ * the device without a source address. IPv6 addresses are added with `nodad`: duplicate address
+ * detection would keep them tentative (unusable as a source) for a second or more, and they are
+ * unique by construction.
+ */
+export async function reconcileAddresses(options: AddressReconcileOptions): Promise<ReconcileReport> {
+  const device = validateDeviceName(options.device);
+  const runner = options.runner ?? systemRunner;
+  if (!Array.isArray(options.addresses)) throw new Error('addresses must be an array of "address/length" strings');
+  const want = options.addresses.map(parseInterfaceAddress);
+  const listing = await runChecked(runner, `list addresses of ${device}`, 'ip', ['-j', 'addr', 'show', 'dev', device]);
+  const have = parseGlobalAddresses(listing.stdout);
+  const report: ReconcileReport = { added: [], removed: [] };
+  for (const address of want) {
+    if (have.includes(address) || report.added.includes(address)) continue;
+    const extra = address.includes(':') ? ['nodad'] : [];
+    await runChecked(runner, `add address ${address} to ${device}`, 'ip', ['addr', 'add', address, 'dev', device, ...extra]);
+    report.added.push(address);
+  }
+  for (const address of have) {
+    if (want.includes(address)) continue;
+    await runChecked(runner, `remove address ${address} from ${device}`, 'ip', ['addr', 'del', address, 'dev', device]);
+    report.removed.push(address);
+  }
+  return report;
+}
+
+export interface LinkOptions {
+  device: string;
+  /** 1280..65535 (the tunnel carries IPv6 pod traffic, which needs at least 1280). */
+  mtu: number;
+  runner?: CommandRunner;
+}
+
+/** Sets the MTU and brings the link up, in one `ip link set`. */
+export async function setLinkMtuUp(options: LinkOptions): Promise<void> {
+  const device = validateDeviceName(options.device);
+  const mtu = options.mtu;
+  if (!Number.isInteger(mtu) || mtu < 1280 || mtu > 65535) throw new Error(`tunnel MTU must be an integer 1280..65535, got ${mtu}`);
+  await runChecked(options.runner ?? systemRunner, `set ${device} mtu ${mtu} up`, 'ip', ['link', 'set', 'dev', device, 'mtu', String(mtu), 'up']);
+}
+
+export interface TunnelInterfaceOptions {
+  device: string;
+  mtu: number;
+  /** This node's pod CIDRs; the tunnel gets their gateway addresses. */
+  localPodCidrs: readonly string[];
+  runner?: CommandRunner;
+}
+
+/**
+ * Prepares the tunnel interface for routing: MTU and up, then exactly the gateway addresses of the
+ * local pod CIDRs (see {@link gatewayAddressesFor}). Safe to repeat; returns the address changes.
+ */
+export async function configureTunnelInterface(options: TunnelInterfaceOptions): Promise<ReconcileReport> {
+  await setLinkMtuUp({ device: options.device, mtu: options.mtu, runner: options.runner });
+  return reconcileAddresses({ device: options.device, addresses: gatewayAddressesFor(options.localPodCidrs), runner: options.runner });
+}
+
+/** Removes every route with our protocol from `device` (cleanup); other routes stay. */
+export async function removeRoutes(options: { device: string; protocol?: number; runner?: CommandRunner }): Promise<ReconcileReport> {
+  return reconcileRoutes({ device: options.device, cidrs: [], protocol: options.protocol, runner: options.runner });
+}

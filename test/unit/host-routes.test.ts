@@ -1,0 +1,165 @@
+/**
+ * Route and address reconciling against a small in-memory stand-in for `ip` (it answers the
+ * listing commands from its state and applies changes), so the tests see both the commands run and
+ * that a second pass finds nothing to do. The real kernel is exercised in
+ * test/system/host-firewall.test.ts.
+ */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  configureTunnelInterface, gatewayAddressesFor, parseGlobalAddresses, parseRouteDestinations,
+  reconcileAddresses, reconcileRoutes, removeRoutes, setLinkMtuUp, DEFAULT_ROUTE_PROTOCOL,
+} from '../../control/host/routes.ts';
+import type { CommandRunner } from '../../control/host/runner.ts';
+
+interface Route { dst: string; dev: string; proto: string }
+
+/** Just enough of `ip` for routes.ts; every command is recorded as one string. */
+function fakeIp(initial: { routes?: Route[]; addresses?: string[] } = {}) {
+  const routes: Route[] = [...(initial.routes ?? [])];
+  const addresses: string[] = [...(initial.addresses ?? [])];
+  const log: string[] = [];
+  const ok = (stdout = '') => ({ command: '', code: 0, signal: null, stdout, stderr: '' });
+  const runner: CommandRunner = async (cmd, args) => {
+    assert.equal(cmd, 'ip');
+    const a = [...args];
+    log.push(a.join(' '));
+    if (a[0] === '-j' && a[2] === 'route' && a[3] === 'show') {
+      const family = a[1] === '-6' ? 6 : 4;
+      const [, , , , , dev, , proto] = a;
+      const shown = routes.filter((r) => r.dev === dev && r.proto === proto && (r.dst.includes(':') ? 6 : 4) === family);
+      // The kernel prints host routes without their /32 or /128.
+      return ok(JSON.stringify(shown.map((r) => ({ dst: r.dst.replace(/\/(32|128)$/, ''), scope: 'link', flags: [] }))));
+    }
+    if (a[1] === 'route' && a[2] === 'replace') {
+      const [, , , dst, , dev, , proto] = a;
+      const i = routes.findIndex((r) => r.dst === dst);
+      if (i >= 0) routes.splice(i, 1);
+      routes.push({ dst, dev, proto });
+      return ok();
+    }
+    if (a[1] === 'route' && a[2] === 'del') {
+      const i = routes.findIndex((r) => r.dst === a[3] && r.dev === a[5] && r.proto === a[7]);
+      assert.ok(i >= 0, `deleting a route that is not there: ${a.join(' ')}`);
+      routes.splice(i, 1);
+      return ok();
+    }
+    if (a[0] === '-j' && a[1] === 'addr') {
+      const info = addresses.map((x) => {
+        const [local, len] = x.split('/');
+        return { family: local.includes(':') ? 'inet6' : 'inet', local, prefixlen: Number(len), scope: 'global' };
+      });
+      info.push({ family: 'inet6', local: 'fe80::1', prefixlen: 64, scope: 'link' });
+      return ok(JSON.stringify([{ ifname: a[4], addr_info: info }]));
+    }
+    if (a[0] === 'addr' && a[1] === 'add') { addresses.push(a[2]); return ok(); }
+    if (a[0] === 'addr' && a[1] === 'del') { addresses.splice(addresses.indexOf(a[2]), 1); return ok(); }
+    if (a[0] === 'link') return ok();
+    throw new Error(`fake ip does not know: ${a.join(' ')}`);
+  };
+  return { runner, routes, addresses, log };
+}
+
+const P = String(DEFAULT_ROUTE_PROTOCOL);
+
+describe('reconcileRoutes', () => {
+  test('adds missing, removes extra (ours only), per family; a second pass does nothing', async () => {
+    const ip = fakeIp({
+      routes: [
+        { dst: '10.244.9.0/24', dev: 'rg0', proto: P }, // stale: ours, no longer wanted
+        { dst: '10.244.2.0/24', dev: 'rg0', proto: P }, // wanted, present
+        { dst: '192.168.7.0/24', dev: 'rg0', proto: 'static' }, // an admin's: never touched
+        { dst: '10.244.3.0/24', dev: 'eth0', proto: P }, // another device: never touched
+      ],
+    });
+    const report = await reconcileRoutes({
+      device: 'rg0', runner: ip.runner,
+      cidrs: ['10.244.2.0/24', '10.244.4.0/25', '10.244.4.128/25', 'fd00:10:244:2::/64', '10.244.5.7/32'],
+    });
+    assert.deepEqual(report, { added: ['10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], removed: ['10.244.9.0/24'] });
+    assert.deepEqual(ip.log, [
+      `-j -4 route show dev rg0 proto ${P}`,
+      `-4 route replace 10.244.4.0/24 dev rg0 proto ${P}`,
+      `-4 route replace 10.244.5.7/32 dev rg0 proto ${P}`,
+      `-4 route del 10.244.9.0/24 dev rg0 proto ${P}`,
+      `-j -6 route show dev rg0 proto ${P}`,
+      `-6 route replace fd00:10:244:2::/64 dev rg0 proto ${P}`,
+    ]);
+    assert.ok(ip.routes.some((r) => r.dst === '192.168.7.0/24'));
+    assert.ok(ip.routes.some((r) => r.dst === '10.244.3.0/24' && r.dev === 'eth0'));
+
+    ip.log.length = 0;
+    assert.deepEqual(await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.244.5.7/32', 'fd00:10:244:2::/64', '10.244.4.0/24', '10.244.2.0/24'] }), { added: [], removed: [] });
+    assert.equal(ip.log.length, 2, 'only the two listings');
+
+    assert.deepEqual(await removeRoutes({ device: 'rg0', runner: ip.runner }), {
+      added: [], removed: ['10.244.2.0/24', '10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'],
+    });
+    assert.deepEqual(ip.routes.map((r) => r.dst).sort(), ['10.244.3.0/24', '192.168.7.0/24']);
+  });
+
+  test('a custom protocol number is used for listing and changes', async () => {
+    const ip = fakeIp();
+    await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.1.0.0/16'], protocol: 200 });
+    assert.ok(ip.log.every((l) => l.endsWith('proto 200')), ip.log.join('\n'));
+  });
+
+  test('bad input is refused before anything runs', async () => {
+    const ip = fakeIp();
+    await assert.rejects(reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['0.0.0.0/0'] }), /refusing to route 0\.0\.0\.0\/0 through rg0/);
+    await assert.rejects(reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.0.0.1/8'] }), /host bits/);
+    await assert.rejects(reconcileRoutes({ device: 'rg0 dev eth0', runner: ip.runner, cidrs: [] }), /bad interface name/);
+    await assert.rejects(reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: [], protocol: 2 }), /route protocol must be an integer 5\.\.255/);
+    assert.deepEqual(ip.log, []);
+  });
+
+  test('route listings: host routes get their length, non-address entries are skipped', () => {
+    assert.deepEqual(parseRouteDestinations(JSON.stringify([
+      { dst: '10.9.0.0/24' }, { dst: '10.9.1.5' }, { dst: 'fd00:9::5' }, { dst: 'default' }, { type: 'unreachable' },
+    ])), ['10.9.0.0/24', '10.9.1.5/32', 'fd00:9::5/128']);
+    assert.deepEqual(parseRouteDestinations(''), []);
+    assert.throws(() => parseRouteDestinations('{"dst":1}'), /expected a JSON array/);
+  });
+});
+
+describe('tunnel addresses and link', () => {
+  test('gateway addresses are network + 1 as host prefixes, one per local pod CIDR', () => {
+    assert.deepEqual(gatewayAddressesFor(['fd00:10:244:1::/64', '10.244.1.0/25', '10.244.1.128/25']), [
+      '10.244.1.1/32', '10.244.1.129/32', 'fd00:10:244:1::1/128',
+    ]);
+    assert.deepEqual(gatewayAddressesFor([]), []);
+  });
+
+  test('reconcileAddresses: adds before it removes, IPv6 with nodad, link-local untouched, idempotent', async () => {
+    const ip = fakeIp({ addresses: ['10.244.9.1/32', '10.244.1.1/24'] });
+    const report = await reconcileAddresses({ device: 'rg0', runner: ip.runner, addresses: ['10.244.1.1/32', 'fd00:10:244:1:0::1/128'] });
+    assert.deepEqual(report, { added: ['10.244.1.1/32', 'fd00:10:244:1::1/128'], removed: ['10.244.9.1/32', '10.244.1.1/24'] });
+    assert.deepEqual(ip.log, [
+      '-j addr show dev rg0',
+      'addr add 10.244.1.1/32 dev rg0',
+      'addr add fd00:10:244:1::1/128 dev rg0 nodad',
+      'addr del 10.244.9.1/32 dev rg0',
+      'addr del 10.244.1.1/24 dev rg0',
+    ]);
+    ip.log.length = 0;
+    assert.deepEqual(await reconcileAddresses({ device: 'rg0', runner: ip.runner, addresses: ['fd00:10:244:1::1/128', '10.244.1.1/32'] }), { added: [], removed: [] });
+    await assert.rejects(reconcileAddresses({ device: 'rg0', runner: ip.runner, addresses: ['10.244.1.1'] }), /needs a prefix length/);
+    await assert.rejects(reconcileAddresses({ device: 'rg0', runner: ip.runner, addresses: ['10.244.1.1/40'] }), /bad prefix length/);
+  });
+
+  test('configureTunnelInterface: mtu and up, then the gateway addresses', async () => {
+    const ip = fakeIp();
+    await configureTunnelInterface({ device: 'rg0', mtu: 1420, localPodCidrs: ['10.244.1.0/24'], runner: ip.runner });
+    assert.deepEqual(ip.log, ['link set dev rg0 mtu 1420 up', '-j addr show dev rg0', 'addr add 10.244.1.1/32 dev rg0']);
+    await assert.rejects(setLinkMtuUp({ device: 'rg0', mtu: 1279, runner: ip.runner }), /tunnel MTU must be an integer 1280\.\.65535/);
+  });
+
+  test('address listings: global scope only', () => {
+    assert.deepEqual(parseGlobalAddresses(JSON.stringify([{ addr_info: [
+      { family: 'inet', local: '10.0.0.1', prefixlen: 32, scope: 'global' },
+      { family: 'inet6', local: 'fe80::1', prefixlen: 64, scope: 'link' },
+      { family: 'inet', local: '127.0.0.1', prefixlen: 8, scope: 'host' },
+      { family: 'inet6', local: 'FD00::1', prefixlen: 128, scope: 'global' },
+    ] }])), ['10.0.0.1/32', 'fd00::1/128']);
+  });
+});
