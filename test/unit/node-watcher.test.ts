@@ -137,6 +137,11 @@ describe('NodeWatcher', () => {
     assert.ok(changes.some((c) => c.type === 'sync'), 'a relist is reported as a sync');
 
     // The path taken: a watch from the old resourceVersion (answered 410), then a list, then a new watch.
+    // (The new watch may still be on its way when the list has been applied: wait for it.)
+    await waitFor('a watch after the relist', () => {
+      const at = server.requests.findIndex((r) => !r.watch);
+      return at >= 0 && server.requests.length > at + 1;
+    });
     const kinds = server.requests.map((r) => (r.watch ? `watch@${r.query.resourceVersion}` : 'list'));
     const listAt = kinds.indexOf('list');
     assert.ok(listAt > 0 && kinds[listAt - 1].startsWith('watch@'), `requests: ${kinds.join(', ')}`);
