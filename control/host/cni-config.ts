@@ -15,7 +15,7 @@
  * node with two IPv4 pod CIDRs still gives each pod exactly one IPv4 address.
  */
 import { randomBytes } from 'node:crypto';
-import { open, readFile, rename, unlink } from 'node:fs/promises';
+import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { formatIp, formatPrefix } from '../../dataplane/net/ip.ts';
 import { canonicalPrefixes, gatewayAddress, parseCidrList, prefixesOverlap, splitByFamily } from './cidrs.ts';
@@ -110,7 +110,7 @@ export function renderConflist(options: ConflistOptions): string {
  * the new file, never a partial one: temp file in the same directory (a rename is atomic only
  * within one filesystem), fsync, rename over, fsync the directory. The temp name ends in neither
  * .conf nor .conflist nor .json, so a runtime never loads it. Returns false (and writes nothing)
- * when the file already holds exactly `text`. The file gets mode 0644 whatever the umask.
+ * when the file already holds exactly `text`. Missing directories are created. The file gets mode 0644 whatever the umask.
  */
 export async function writeConflistAtomically(path: string, text: string): Promise<boolean> {
   if (typeof path !== 'string' || !path.startsWith('/')) throw new Error(`conflist path must be absolute, got ${JSON.stringify(path)}`);
@@ -121,6 +121,8 @@ export async function writeConflistAtomically(path: string, text: string): Promi
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw new Error(`cannot read ${path}: ${(err as Error).message}`);
   }
   const dir = dirname(path);
+  // On a fresh host /etc/cni/net.d may not exist yet (the runtime creates it lazily).
+  await mkdir(dir, { recursive: true, mode: 0o755 });
   const temp = join(dir, `.${basename(path)}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`);
   let renamed = false;
   try {

@@ -1,0 +1,330 @@
+/**
+ * `roamguard agent`: wiring of the node agent. Everything that decides lives elsewhere and is
+ * tested on its own (settings, annotations, desired peers, reconcile plan, nftables/CNI/route
+ * rendering); this file only orders the steps and keeps them running:
+ *
+ *   start:    settings → key file → own Node → local pod CIDRs and addresses → data plane up
+ *             (started when absent) → CNI conflist → publish own annotations → watch Nodes
+ *   on every change (debounced) and every RESYNC_INTERVAL:
+ *             Nodes → desired mesh → `set` plan against `get` → routes → nftables table
+ *   stop:     leave everything in place (pods keep working); `--cleanup` removes it.
+ *
+ * Failures of one step are logged and retried on the next pass; the mesh as it is keeps working
+ * meanwhile (fail static). The agent never removes a peer before the Node list has synced.
+ */
+import type { KubeConfig } from '@kubernetes/client-node';
+import { selectCrypto } from '../../dataplane/crypto/select.ts';
+import { keyToBase64, shortKey } from '../../dataplane/noise/keys.ts';
+import type { Settings } from '../config/settings.ts';
+import { loadOrCreatePrivateKey } from '../identity/private-key.ts';
+import type { AgentLogger } from '../log.ts';
+import { formatOwnAnnotations, type NodeObject } from '../mesh/annotations.ts';
+import { desiredMesh, sortAddresses, type MeshState } from '../mesh/desired-peers.ts';
+import { newReconcileMemory, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
+import { UapiClient } from '../mesh/uapi-client.ts';
+import { renderConflist, writeConflistAtomically } from '../host/cni-config.ts';
+import { applyRuleset, removeTable, renderRuleset } from '../host/nftables.ts';
+import { splitCidrsByFamily } from '../host/cidrs.ts';
+import { systemRunner, type CommandRunner } from '../host/runner.ts';
+import { globalUnicastAddresses } from '../host/node-addresses.ts';
+import { podCidrsFromSpec, readPodCidrFile, watchPodCidrFile, type PodCidrFileWatch } from '../host/pod-cidr-source.ts';
+import { configureTunnelInterface, reconcileRoutes, removeRoutes } from '../host/routes.ts';
+import { loadKubeConfig } from '../kube/kube-config.ts';
+import { NodeWatcher } from '../kube/node-watcher.ts';
+import { patchNodeAnnotations, readNode } from '../kube/node-patch.ts';
+import { enableForwarding } from '../host/sysctl.ts';
+import { ensureDataplane } from './dataplane-process.ts';
+
+export interface AgentDeps {
+  settings: Settings;
+  log: AgentLogger;
+  runner?: CommandRunner;
+  kubeConfig?: KubeConfig;
+  /** Environment for a data plane the agent starts (tests pass shortened timers). */
+  dataplaneEnv?: NodeJS.ProcessEnv;
+  /** Debounce for bursts of Node events. */
+  debounceMs?: number;
+}
+
+/** What the agent knows about its own node. */
+interface LocalView {
+  podCidrs: string[];
+  addresses: string[];
+  interfaceAddresses: string[];
+}
+
+export type AgentState = 'starting' | 'running' | 'stopped';
+
+export class Agent {
+  state: AgentState = 'starting';
+  /** Set once the informer synced and the tunnel is configured (readiness). */
+  ready = false;
+  lastMesh: MeshState | undefined;
+  reconcileErrors = 0;
+  reconciles = 0;
+
+  private readonly settings: Settings;
+  private readonly log: AgentLogger;
+  private readonly runner: CommandRunner;
+  private kc!: KubeConfig;
+  private publicKey = '';
+  private privateKey: Uint8Array | undefined;
+  private uapi: UapiClient | undefined;
+  private canRemoveAllowedIp: boolean | undefined;
+  private readonly memory: ReconcileMemory = newReconcileMemory();
+  private watcher: NodeWatcher | undefined;
+  private fileWatch: PodCidrFileWatch | undefined;
+  private local: LocalView = { podCidrs: [], addresses: [], interfaceAddresses: [] };
+  private published = '';
+  private writtenConflist = '';
+  private appliedRuleset = '';
+  private appliedRoutes = '';
+  private readonly rejectedLogged = new Map<string, string>();
+  private timer: NodeJS.Timeout | undefined;
+  private resyncTimer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private again = false;
+  private forceNext = false;
+
+  constructor(private readonly deps: AgentDeps) {
+    this.settings = deps.settings;
+    this.log = deps.log;
+    this.runner = deps.runner ?? systemRunner;
+  }
+
+  async start(): Promise<void> {
+    const s = this.settings;
+    this.kc = this.deps.kubeConfig ?? loadKubeConfig({ kubeconfigPath: s.kubeconfig || undefined, apiServer: s.apiServer || undefined });
+    if (!s.firewallOnly) {
+      const key = loadOrCreatePrivateKey(s.privateKeyPath);
+      this.privateKey = key.privateKey;
+      const crypto = await selectCrypto();
+      this.publicKey = keyToBase64(crypto.publicKey(key.privateKey));
+      this.log.info(key.created ? 'created a new private key' : 'loaded the private key', { path: s.privateKeyPath, key: shortKey(crypto.publicKey(key.privateKey)) });
+      this.uapi = UapiClient.forInterface(s.socketDir, s.interfaceName);
+    }
+    const own = await this.readOwnNodeWithRetry();
+    this.local = await this.computeLocal(own);
+    if (!s.firewallOnly) await this.setUpTunnel();
+    await this.publish();
+    if (s.podCidrSource.ipv4 === 'file' || s.podCidrSource.ipv6 === 'file') {
+      this.fileWatch = watchPodCidrFile(s.podCidrSourcePath, () => {
+        this.log.info('pod CIDR file changed', { path: s.podCidrSourcePath });
+        this.schedule(true);
+      });
+    }
+    this.watcher = new NodeWatcher(this.kc, { log: this.log });
+    this.watcher.onChange(() => this.schedule(false));
+    await this.watcher.start();
+    this.state = 'running';
+    this.resyncTimer = setInterval(() => this.schedule(true), s.resyncInterval * 1000);
+    this.schedule(true);
+  }
+
+  async stop(): Promise<void> {
+    this.state = 'stopped';
+    clearTimeout(this.timer);
+    clearInterval(this.resyncTimer);
+    this.fileWatch?.close();
+    await this.watcher?.stop();
+    await this.running;
+  }
+
+  /** Waits for the pass in progress and any scheduled one (tests, shutdown). */
+  async settle(): Promise<void> {
+    while (this.running || this.timer) {
+      await this.running;
+      if (this.timer) await new Promise((r) => setTimeout(r, (this.deps.debounceMs ?? 50) + 5));
+    }
+  }
+
+  private async readOwnNodeWithRetry(): Promise<NodeObject> {
+    for (let delay = 1000; ; delay = Math.min(delay * 2, 30_000)) {
+      try {
+        return await readNode(this.kc, this.settings.nodeName) as NodeObject;
+      } catch (err) {
+        this.log.warn('cannot read this node\'s Node object; retrying', { node: this.settings.nodeName, error: (err as Error).message, retryInMs: delay });
+        await new Promise((r) => setTimeout(r, delay));
+      }
+    }
+  }
+
+  private async computeLocal(own: NodeObject): Promise<LocalView> {
+    const s = this.settings;
+    const podCidrs: string[] = [];
+    for (const family of ['ipv4', 'ipv6'] as const) {
+      const source = s.podCidrSource[family];
+      if (source === 'spec') podCidrs.push(...podCidrsFromSpec(own, family === 'ipv4' ? 4 : 6));
+      else if (source === 'file') {
+        const read = await readPodCidrFile(s.podCidrSourcePath, family === 'ipv4' ? 4 : 6);
+        for (const bad of read.errors) this.log.warn('ignoring a line of the pod CIDR file', { path: s.podCidrSourcePath, problem: bad });
+        podCidrs.push(...read.cidrs);
+      }
+    }
+    const interfaceAddresses = s.nodeIpInterfaces.length > 0 ? await globalUnicastAddresses(s.nodeIpInterfaces, this.runner) : [];
+    const statusAddresses = (own.status?.addresses ?? [])
+      .filter((a) => (a.type === 'InternalIP' || a.type === 'ExternalIP') && typeof a.address === 'string')
+      .map((a) => a.address!);
+    return { podCidrs: sortAddresses(podCidrs), addresses: sortAddresses([...statusAddresses, ...interfaceAddresses]), interfaceAddresses: sortAddresses(interfaceAddresses) };
+  }
+
+  /** Brings the data plane up (starting it when absent) and gives it our key and port. */
+  private async setUpTunnel(): Promise<void> {
+    const s = this.settings;
+    const status = await ensureDataplane({ choice: s.dataplane, ifname: s.interfaceName, client: this.uapi!, env: this.deps.dataplaneEnv });
+    if (status === 'started') this.log.info('started the data plane', { interface: s.interfaceName, dataplane: s.dataplane });
+    const device = await this.uapi!.get();
+    const keyMatches = device.privateKey !== undefined && keyToBase64(device.privateKey) === keyToBase64(this.privateKey!);
+    if (!keyMatches || device.listenPort !== s.listenPort) {
+      // Only when different: re-setting the key would expire every session.
+      await this.uapi!.set({ privateKey: keyMatches ? undefined : this.privateKey, listenPort: s.listenPort, replacePeers: false, peers: [] });
+    }
+    this.canRemoveAllowedIp ??= await this.uapi!.supportsAllowedIpRemoval();
+    const families = splitCidrsByFamily(this.local.podCidrs);
+    const enabled = await enableForwarding({ ipv4: families.v4.length > 0, ipv6: families.v6.length > 0 });
+    if (enabled.length > 0) this.log.info('turned packet forwarding on', { families: enabled });
+    await configureTunnelInterface({ device: s.interfaceName, mtu: s.mtu, localPodCidrs: this.local.podCidrs, runner: this.runner });
+    await this.writeCni();
+  }
+
+  private async writeCni(): Promise<void> {
+    const s = this.settings;
+    if (s.firewallOnly || this.local.podCidrs.length === 0) return;
+    const text = renderConflist({ name: 'roamguard', mtu: s.mtu, podCidrs: this.local.podCidrs, dataDir: s.cniIpamDataDir || undefined });
+    if (text === this.writtenConflist) return;
+    if (await writeConflistAtomically(s.cniConfigPath, text)) this.log.info('wrote the CNI config', { path: s.cniConfigPath, podCidrs: this.local.podCidrs });
+    this.writtenConflist = text;
+  }
+
+  private async publish(): Promise<void> {
+    const s = this.settings;
+    const annotations: Record<string, string | null> = formatOwnAnnotations({
+      publicKey: this.publicKey, listenPort: s.listenPort, podCidrs: this.local.podCidrs, nodeIps: this.local.interfaceAddresses,
+    });
+    if (s.firewallOnly) annotations['roamguard.io/public-key'] = null; // a firewall-only node is not a peer
+    const text = JSON.stringify(annotations);
+    if (text === this.published) return;
+    await patchNodeAnnotations(this.kc, s.nodeName, annotations);
+    this.published = text;
+    this.log.info('published this node\'s annotations', { node: s.nodeName, key: this.publicKey ? this.publicKey.slice(0, 8) : undefined, podCidrs: this.local.podCidrs });
+  }
+
+  /** Queues a reconcile pass; `full` also re-reads local facts and re-applies host state. */
+  private schedule(full: boolean): void {
+    if (this.state === 'stopped') return;
+    this.forceNext ||= full;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    if (this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      const force = this.forceNext;
+      this.forceNext = false;
+      this.running = this.pass(force).finally(() => {
+        this.running = undefined;
+        if (this.again) {
+          this.again = false;
+          this.schedule(false);
+        }
+      });
+    }, this.deps.debounceMs ?? 50);
+  }
+
+  private async pass(full: boolean): Promise<void> {
+    const started = Date.now();
+    try {
+      await this.reconcile(full);
+      this.reconciles++;
+      this.log.debug('reconciled', { ms: Date.now() - started });
+    } catch (err) {
+      this.reconcileErrors++;
+      this.log.error('reconcile failed; the mesh stays as it is and the next pass retries', { error: (err as Error).message });
+      this.again = true;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+
+  private async reconcile(full: boolean): Promise<void> {
+    const s = this.settings;
+    const watcher = this.watcher!;
+    const nodes = watcher.list() as NodeObject[];
+    const own = nodes.find((n) => n.metadata?.name === s.nodeName);
+    if (own && full) {
+      const local = await this.computeLocal(own);
+      if (JSON.stringify(local) !== JSON.stringify(this.local)) {
+        this.log.info('this node\'s pod CIDRs or addresses changed', { podCidrs: local.podCidrs, addresses: local.addresses });
+        this.local = local;
+      }
+      await this.publish();
+    }
+    const mesh = desiredMesh(nodes, {
+      nodeName: s.nodeName, publicKey: this.publicKey || '-', podCidrs: this.local.podCidrs, addresses: this.local.addresses,
+    }, {
+      wgIpFamily: s.wgIpFamily, nativeRouting: s.nativeRouting, defaultListenPort: s.listenPort, persistentKeepalive: s.persistentKeepalive,
+    });
+    this.lastMesh = mesh;
+    for (const r of mesh.rejected) {
+      if (this.rejectedLogged.get(r.node) === r.reason) continue;
+      this.rejectedLogged.set(r.node, r.reason);
+      this.log.warn('skipping a node: its annotations are not usable', { node: r.node, reason: r.reason });
+    }
+    for (const name of [...this.rejectedLogged.keys()]) if (!mesh.rejected.some((r) => r.node === name)) this.rejectedLogged.delete(name);
+
+    if (!s.firewallOnly) {
+      if (full) await this.setUpTunnel();
+      const device = await this.uapi!.get();
+      if (device.privateKey === undefined || keyToBase64(device.privateKey) !== keyToBase64(this.privateKey!)) {
+        // The data plane restarted under us: give it its identity back before any peer.
+        await this.setUpTunnel();
+      }
+      const plan = planReconcile(mesh.peers, await this.uapi!.get(), this.memory, {
+        collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(),
+      });
+      if (plan.request) await this.uapi!.set(plan.request);
+      for (const action of plan.actions) {
+        if (action.kind === 'remove') this.log.info('removed a peer whose key no Node carries', { key: action.publicKey.slice(0, 8) });
+        else this.log.info(action.kind === 'add' ? 'added a peer' : 'updated a peer', {
+          node: action.peer.nodeName, key: action.peer.publicKey.slice(0, 8), endpoint: action.peer.endpoint,
+          ...(action.kind === 'update' ? { added: action.added, removed: action.removed, endpointSet: action.endpoint !== undefined } : { allowedIps: action.peer.allowedIps }),
+        });
+      }
+      const routesKey = JSON.stringify(mesh.tunnelRoutes);
+      if (full || routesKey !== this.appliedRoutes) {
+        await reconcileRoutes({ device: s.interfaceName, cidrs: mesh.tunnelRoutes, runner: this.runner });
+        this.appliedRoutes = routesKey;
+      }
+      await this.writeCni();
+    }
+
+    const split = splitCidrsByFamily(mesh.clusterPodCidrs);
+    const local = splitCidrsByFamily(this.local.podCidrs);
+    const ruleset = renderRuleset({
+      tableName: s.nftTable, masquerade: s.masquerade, filter: s.filter,
+      clusterPodCidrs: { v4: split.v4, v6: split.v6 }, localPodCidrs: { v4: local.v4, v6: local.v6 },
+    });
+    if (full || ruleset !== this.appliedRuleset) {
+      await applyRuleset(ruleset, this.runner);
+      if (ruleset !== this.appliedRuleset) this.log.info('applied the nftables table', { table: s.nftTable, podCidrs: mesh.clusterPodCidrs });
+      this.appliedRuleset = ruleset;
+    }
+    if (watcher.synced && !this.ready) {
+      this.ready = true;
+      this.log.info('ready: the Node list is synced and the mesh is configured', { peers: mesh.peers.size, rejected: mesh.rejected.length });
+    }
+  }
+}
+
+/** `roamguard agent --cleanup`: removes what the agent created (rules, routes, CNI config, tunnel). */
+export async function cleanup(settings: Settings, log: AgentLogger, runner: CommandRunner = systemRunner): Promise<void> {
+  const { rm } = await import('node:fs/promises');
+  await removeTable(settings.nftTable, runner).catch((err: Error) => log.warn('could not remove the nftables table', { error: err.message }));
+  if (!settings.firewallOnly) {
+    await removeRoutes({ device: settings.interfaceName, runner }).catch((err: Error) => log.warn('could not remove routes', { error: err.message }));
+    await rm(settings.cniConfigPath, { force: true });
+    // Deleting the interface ends the data plane, as `wg-quick down` does.
+    await runner('ip', ['link', 'del', 'dev', settings.interfaceName]);
+  }
+  log.info('removed the nftables table, routes, CNI config and tunnel interface', { table: settings.nftTable, interface: settings.interfaceName });
+}
