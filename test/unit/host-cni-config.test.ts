@@ -133,7 +133,10 @@ describe('writeConflistAtomically', () => {
     writeFileSync(path, '{"old": true}\n', { mode: 0o600 });
     assert.equal(await writeConflistAtomically(path, '{"new": true}\n'), true);
     assert.equal(statSync(path).mode & 0o777, 0o644);
-    await assert.rejects(writeConflistAtomically(join(dir, 'missing', 'x.conflist'), '{}\n'), /cannot write .*missing\/x\.conflist/);
+    assert.equal(await writeConflistAtomically(join(dir, 'missing', 'x.conflist'), '{}\n'), true, 'a missing directory is created');
+    assert.equal(readFileSync(join(dir, 'missing', 'x.conflist'), 'utf8'), '{}\n');
+    rmSync(join(dir, 'missing'), { recursive: true });
+    await assert.rejects(writeConflistAtomically(join(path, 'x.conflist'), '{}\n'), /cannot (read|write) .*10-roamguard\.conflist\/x\.conflist: ENOTDIR/);
     await assert.rejects(writeConflistAtomically('relative.conflist', '{}\n'), /must be absolute/);
     await assert.rejects(writeConflistAtomically(path, ''), /needs the conflist text/);
     assert.deepEqual(readdirSync(dir), ['10-roamguard.conflist']);
