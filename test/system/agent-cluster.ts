@@ -130,6 +130,12 @@ export class AgentCluster {
     return node;
   }
 
+  /** Deletes the Node object and forgets the node (its namespace stays until cleanup). */
+  removeNode(node: ClusterNode): void {
+    this.api.deleteNode(node.name);
+    this.nodes.splice(this.nodes.indexOf(node), 1);
+  }
+
   node(index: number): ClusterNode {
     const n = this.nodes.find((x) => x.index === index);
     if (!n) throw new Error(`no node ${index}`);

@@ -100,4 +100,150 @@ describe('agent end to end (three nodes)', { timeout: 600_000 }, () => {
     await assertPing(host.ns, pods.get(2)!.ipv4, { count: 2, deadlineS: 10 }, 'node-1 host → node-2 pod');
     await assertPing(host.ns, pods.get(3)!.ipv6, { count: 2, deadlineS: 10 }, 'node-1 host → node-3 pod (IPv6)');
   });
+
+  test('traffic from pods to outside the pod networks is masqueraded to the node address, per family', async () => {
+    const reporter = sourceReporter(cluster.outside, '::', 7000);
+    await waitFor(() => reporter.stdout.includes('listening'), 10_000, { description: 'the reporter' });
+    const pod = pods.get(1)!;
+    assert.match(await tcpHello(pod.ns, OUTSIDE.ipv4, 7000), /hello/);
+    assert.match(await tcpHello(pod.ns, OUTSIDE.ipv6, 7000), /hello/);
+    // A host's own traffic keeps its address; so does pod-to-pod traffic (checked below).
+    await tcpHello(cluster.node(1).ns, OUTSIDE.ipv4, 7000);
+    assert.deepEqual(await sourcesSeen(reporter, 3), [cluster.node(1).ipv4, cluster.node(1).ipv6, cluster.node(1).ipv4]);
+
+    // MASQUERADE_IPV4=0: IPv4 keeps the pod source (no route back: the connection fails, the source is seen).
+    await restartAgent(cluster.node(1), { MASQUERADE_IPV4: '0' });
+    const ruleset = await nftRuleset(cluster.node(1));
+    assert.doesNotMatch(ruleset, /ip saddr @pod-cidrs-v4.*masquerade/);
+    assert.match(ruleset, /ip6 saddr @pod-cidrs-v6.*masquerade/);
+    await cluster.outside.ip(['route', 'replace', cluster.node(1).podCidrs[0], 'via', cluster.node(1).ipv4]);
+    assert.match(await tcpHello(pod.ns, OUTSIDE.ipv4, 7000), /hello/);
+    assert.match(await tcpHello(pod.ns, OUTSIDE.ipv6, 7000), /hello/);
+    const seen = await sourcesSeen(reporter, 5);
+    assert.deepEqual(seen.slice(3), [pod.ipv4, cluster.node(1).ipv6], 'IPv4 not masqueraded, IPv6 still masqueraded');
+    await cluster.outside.ip(['route', 'del', cluster.node(1).podCidrs[0]]);
+    await restartAgent(cluster.node(1));
+    await reporter.stop();
+  });
+
+  test('pod-to-pod traffic across nodes keeps the pod source address', async () => {
+    const server = sourceReporter(pods.get(2)!.ns, '::', 7001);
+    await waitFor(() => server.stdout.includes('listening'), 10_000, { description: 'the pod reporter' });
+    await tcpHello(pods.get(1)!.ns, pods.get(2)!.ipv4, 7001);
+    await tcpHello(pods.get(1)!.ns, pods.get(2)!.ipv6, 7001);
+    assert.deepEqual(await sourcesSeen(server, 2), [pods.get(1)!.ipv4, pods.get(1)!.ipv6]);
+    await server.stop();
+  });
+
+  test('FILTER_IPV4 drops new connections from outside to a pod; replies and pod-initiated traffic pass', async () => {
+    const node = cluster.node(2);
+    const pod = pods.get(2)!;
+    const inPod = sourceReporter(pod.ns, '::', 7002);
+    const outside = sourceReporter(cluster.outside, '::', 7003);
+    await waitFor(() => inPod.stdout.includes('listening') && outside.stdout.includes('listening'), 10_000, { description: 'reporters' });
+    await cluster.outside.ip(['route', 'replace', node.podCidrs[0], 'via', node.ipv4]);
+    await cluster.outside.ip(['-6', 'route', 'replace', node.podCidrs[1], 'via', node.ipv6]);
+    assert.match(await tcpHello(cluster.outside, pod.ipv4, 7002), /hello/, 'without the filter, outside reaches the pod');
+
+    await restartAgent(node, { FILTER_IPV4: '1' });
+    await assert.rejects(tcpHello(cluster.outside, pod.ipv4, 7002, 1500), 'a new IPv4 connection from outside is dropped');
+    assert.match(await tcpHello(cluster.outside, pod.ipv6, 7002), /hello/, 'IPv6 is not filtered');
+    assert.match(await tcpHello(pod.ns, OUTSIDE.ipv4, 7003), /hello/, 'pod-initiated connections and their replies pass');
+    assert.match(await tcpHello(pods.get(1)!.ns, pod.ipv4, 7002), /hello/, 'pod-to-pod passes');
+    assert.match(await tcpHello(cluster.node(1).ns, pod.ipv4, 7002), /hello/, 'a cluster host reaches the pod');
+
+    await restartAgent(node);
+    assert.doesNotMatch(await nftRuleset(node), /chain forward/, 'filter off again');
+    await cluster.outside.ip(['route', 'del', node.podCidrs[0]]);
+    await cluster.outside.ip(['-6', 'route', 'del', node.podCidrs[1]]);
+    await inPod.stop();
+    await outside.stop();
+  });
+
+  test('restarting (even killing) the agent while a ping runs loses at most one packet', async () => {
+    const from = pods.get(1)!, to = pods.get(3)!;
+    const trace = startContinuousPing(scope, from.ns, to.ipv4, { durationS: 12, intervalS: 0.1 });
+    await new Promise((r) => setTimeout(r, 2000));
+    await cluster.stopAgent(cluster.node(1), 'SIGKILL');
+    await cluster.stopAgent(cluster.node(3));
+    await cluster.startAgent(cluster.node(1));
+    await cluster.startAgent(cluster.node(3));
+    const result = await trace;
+    const lost = result.transmitted - result.replies.length;
+    assert.ok(result.transmitted >= 80, `ping ran: ${result.transmitted} sent`);
+    assert.ok(lost <= 1, `lost ${lost} of ${result.transmitted} pings across agent restarts`);
+  });
+
+  test('a pod CIDR file change is picked up live: annotation, CNI config, peers and routes follow', async () => {
+    const node = cluster.node(3);
+    const file = join(node.dir, 'pod-cidrs.txt');
+    writeFileSync(file, `# node-3\n${node.podCidrs[0]}\n`);
+    await restartAgent(node, { POD_CIDR_SOURCE_IPV4: 'file', POD_CIDR_SOURCE_IPV6: 'spec', POD_CIDR_SOURCE_PATH: file });
+    const added = '10.250.3.0/24';
+    writeFileSync(file, `# node-3\n${node.podCidrs[0]}\n${added}\n`);
+    await waitFor(() => JSON.parse(cluster.api.getNode(node.name)!.metadata.annotations!['roamguard.io/pod-cidrs']).includes(added), 15_000, { description: 'the new CIDR published' });
+    await waitFor(() => cluster.conflist(node).includes('10.250.3.0/24'), 15_000, { description: 'the CNI config rewritten' });
+    const key = cluster.publicKeyOf(node)!;
+    await waitFor(async () => (await cluster.wgPeers(cluster.node(1))).get(key)?.allowedIps.includes(added), 15_000, { description: 'node-1 routes the new CIDR to node-3' });
+    const routes = (await cluster.node(1).ns.ip(['route', 'show', added])).stdout;
+    assert.match(routes, new RegExp(`dev ${cluster.node(1).ifname}`));
+    // Back to the original: the prefix leaves the peer again (a set difference, not a peer replace).
+    writeFileSync(file, `${node.podCidrs[0]}\n`);
+    await waitFor(async () => !(await cluster.wgPeers(cluster.node(1))).get(key)?.allowedIps.includes(added), 15_000, { description: 'the CIDR removed again' });
+    assert.equal((await cluster.node(1).ns.ip(['route', 'show', added])).stdout.trim(), '');
+    await restartAgent(node);
+  });
+
+  test('FIREWALL_ONLY: rules with the cluster pod CIDRs, no tunnel, no CNI config, not a peer', async () => {
+    const node = await cluster.addNode(4, { podCidrs: ['10.244.4.0/24'] });
+    await cluster.startAgent(node, { FIREWALL_ONLY: '1' });
+    const ruleset = await nftRuleset(node);
+    assert.match(ruleset, /set pod-cidrs-v4/);
+    for (const other of cluster.nodes) {
+      // Adjacent CIDRs are merged in the set, so ask nft whether a pod address is in it.
+      for (const cidr of other.podCidrs) {
+        const family = cidr.includes(':') ? 'v6' : 'v4';
+        const address = cidr.replace(/\/\d+$/, '').replace(/0$/, '5').replace(/::$/, '::5');
+        await node.ns.exec('nft', ['get', 'element', 'inet', 'roamguard', `pod-cidrs-${family}`, `{ ${address} }`]);
+      }
+    }
+    assert.equal((await node.ns.ip(['link', 'show', node.ifname], { allowFailure: true })).code !== 0, true, 'no tunnel interface');
+    assert.throws(() => readFileSync(node.env.CNI_CONFIG_PATH), /ENOENT/);
+    assert.equal(cluster.publicKeyOf(node), undefined, 'publishes no key');
+    const peers = await cluster.wgPeers(cluster.node(1));
+    assert.equal(peers.size, 2, 'the others do not make it a peer');
+    await cluster.stopAgent(node);
+    cluster.removeNode(node);
+  });
+
+  test('native routing for IPv6: IPv6 pod traffic follows the host routes, IPv4 stays in the tunnel', async () => {
+    // The operator's routes for IPv6 pod CIDRs (as a cloud router would provide).
+    for (const node of cluster.nodes) {
+      for (const other of cluster.nodes) if (other !== node) await node.ns.ip(['-6', 'route', 'replace', other.podCidrs[1], 'via', other.ipv6]);
+    }
+    for (const node of cluster.nodes) await restartAgent(node, { NATIVE_ROUTING_IPV6: '1' });
+    for (const node of cluster.nodes) {
+      await waitFor(async () => [...(await cluster.wgPeers(node)).values()].every((p) => !p.allowedIps.some((a) => a.startsWith('fd00:244:'))), 15_000, { description: `${node.name}: IPv6 pod CIDRs out of the tunnel` });
+      const v6routes = (await node.ns.ip(['-6', 'route', 'show', 'dev', node.ifname])).stdout;
+      for (const other of cluster.nodes) {
+        if (other !== node) assert.ok(!v6routes.includes(other.podCidrs[1]), `no route for ${other.name}'s IPv6 pod CIDR into the tunnel:\n${v6routes}`);
+      }
+    }
+    const a = pods.get(1)!, b = pods.get(2)!;
+    await assertPing(a.ns, b.ipv6, { count: 3, deadlineS: 10 }, 'IPv6 pod to pod, natively routed');
+    await assertPing(a.ns, b.ipv4, { count: 3, deadlineS: 10 }, 'IPv4 pod to pod, through the tunnel');
+    for (const node of cluster.nodes) await restartAgent(node);
+  });
+
+  test('a deleted Node\'s peer is removed everywhere; the rest of the mesh keeps working', async () => {
+    const gone = cluster.node(3);
+    const key = cluster.publicKeyOf(gone)!;
+    await cluster.stopAgent(gone);
+    cluster.api.deleteNode(gone.name);
+    for (const node of [cluster.node(1), cluster.node(2)]) {
+      await waitFor(async () => !(await cluster.wgPeers(node)).has(key), 15_000, { description: `${node.name} drops the deleted node's peer` });
+      assert.equal((await node.ns.ip(['route', 'show', gone.podCidrs[0]])).stdout.trim(), '', 'its route is gone');
+    }
+    await assertPing(pods.get(1)!.ns, pods.get(2)!.ipv4, { count: 2, deadlineS: 10 }, 'node-1 pod → node-2 pod after the deletion');
+  });
 });
