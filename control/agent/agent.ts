@@ -21,7 +21,7 @@ import type { AgentLogger } from '../log.ts';
 import { formatOwnAnnotations, type NodeObject } from '../mesh/annotations.ts';
 import { desiredMesh, sortAddresses, type MeshState } from '../mesh/desired-peers.ts';
 import { newReconcileMemory, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
-import { UapiClient } from '../mesh/uapi-client.ts';
+import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import { renderConflist, writeConflistAtomically } from '../host/cni-config.ts';
 import { applyRuleset, removeTable, renderRuleset } from '../host/nftables.ts';
 import { splitCidrsByFamily } from '../host/cidrs.ts';

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { DataplaneChoice } from '../config/settings.ts';
-import type { UapiClient } from '../mesh/uapi-client.ts';
+import type { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 
 export const ROAMGUARD_BIN = resolve(dirname(fileURLToPath(import.meta.url)), '../../bin/roamguard');
 

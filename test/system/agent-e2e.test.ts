@@ -10,14 +10,14 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AgentCluster, OUTSIDE, type ClusterNode, type Pod } from './agent-cluster.ts';
 import { Scope, waitFor, type Namespace, type NsProcess } from './netns.ts';
-import { assertPing, longestGap, ping, startContinuousPing, requireDaemonPrerequisites, REPO_ROOT } from './userspace-wg.ts';
+import { assertPing, commandLine, socketOwnerPids, startContinuousPing, requireDaemonPrerequisites } from './userspace-wg.ts';
 
 const scope = new Scope();
 let cluster: AgentCluster;
 const pods = new Map<number, Pod>();
 
 before(async () => {
-  await requireDaemonPrerequisites(['roamguard-node'], ['nft', 'conntrack']);
+  await requireDaemonPrerequisites(['roamguard-node', 'wireguard-go'], ['nft', 'conntrack']);
   cluster = await AgentCluster.create(scope, 3);
 });
 after(async () => { await scope.cleanup(); });
@@ -60,7 +60,15 @@ async function restartAgent(node: ClusterNode, env: Record<string, string> = {})
 
 describe('agent end to end (three nodes)', { timeout: 600_000 }, () => {
   test('every agent publishes its identity and meshes with the other two by public key', async () => {
+    // node-3's agent drives Debian's wireguard-go instead of roamguard's data plane: any
+    // UAPI-speaking WireGuard works the same way (and that one cannot remove single prefixes).
+    cluster.node(3).env.WG_DATAPLANE = 'wireguard-go';
     for (const node of cluster.nodes) await cluster.startAgent(node);
+    for (const node of cluster.nodes) {
+      const owners = await socketOwnerPids(node.ns, node.ifname);
+      const expected = node.index === 3 ? /wireguard-go/ : /roamguard.* wg /;
+      assert.ok(owners.some((pid) => expected.test(commandLine(pid) ?? '')), `${node.name}'s data plane is ${expected}: ${owners.map((p) => commandLine(p)).join('; ')}`);
+    }
     const keys = cluster.nodes.map((n) => cluster.publicKeyOf(n));
     assert.ok(keys.every((k) => k && /^[A-Za-z0-9+/]{43}=$/.test(k)), `keys published: ${keys.join(' ')}`);
     for (const node of cluster.nodes) {

@@ -1,14 +1,20 @@
 /**
- * A client for the WireGuard control socket (`/var/run/wireguard/IFNAME.sock`): the only way the
- * agent talks to a data plane, so roamguard's daemon and wireguard-go are driven the same way.
+ * A client for the WireGuard control socket (`/var/run/wireguard/IFNAME.sock`). The agent drives
+ * every data plane through it (roamguard's daemon and wireguard-go alike: this is the only way the
+ * control plane reaches the data plane), and the bench suite times it.
  * One connection per operation, as `wg` does; every operation has a deadline so a wedged daemon
- * cannot wedge the agent.
+ * cannot wedge its caller.
  */
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import {
   formatSetRequest, parseGetResponse, type DeviceSnapshot, type SetRequest,
-} from '../../dataplane/uapi/uapi-protocol.ts';
+} from './uapi-protocol.ts';
+
+/** True once `text` holds a complete answer: it ends with an `errno=` line and an empty line. */
+export function isCompleteAnswer(text: string): boolean {
+  return /(^|\n)errno=-?\d+\n\n$/.test(text);
+}
 
 export class UapiError extends Error {
   constructor(message: string, readonly errno?: number) {
@@ -28,8 +34,8 @@ export class UapiClient {
     return new UapiClient(join(socketDir, `${ifname}.sock`), timeoutMs);
   }
 
-  /** Sends `text` and resolves with everything up to and including the `errno=` line. */
-  private exchange(text: string): Promise<string> {
+  /** Sends one whole operation (`text` ends with its empty line); resolves with the answer, through its `errno=` line. */
+  exchange(text: string): Promise<string> {
     return new Promise((resolve, reject) => {
       const socket = connect(this.socketPath);
       let answer = '';
@@ -48,8 +54,7 @@ export class UapiClient {
       socket.on('data', (chunk: string) => {
         answer += chunk;
         if (answer.length > 64 * 1024 * 1024) finish(new UapiError('answer larger than 64 MiB'));
-        const at = answer.search(/(^|\n)errno=-?\d+\n/);
-        if (at >= 0) finish(undefined, answer);
+        if (isCompleteAnswer(answer)) finish(undefined, answer);
       });
       socket.on('error', (err) => finish(new UapiError(`${this.socketPath}: ${err.message}`)));
       socket.on('close', () => finish(new UapiError(`${this.socketPath} closed the connection before answering`)));
