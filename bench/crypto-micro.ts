@@ -8,49 +8,26 @@
  *
  * Each figure is the best of three timed runs of ~MEASURE_MS after a warm-up, single-threaded.
  * Seals write into a preallocated buffer, as the data path does. These numbers justify the
- * preference order in dataplane/crypto/select.ts.
+ * preference order in dataplane/crypto/select.ts. The AEAD part lives in bench/micro/aead.ts,
+ * which `roamguard bench` also runs (in a child process per runtime).
  */
 
 import { loadProviders, selectCrypto } from '../dataplane/crypto/select.ts';
 import type { CryptoProvider } from '../dataplane/crypto/primitives.ts';
-import { writeCounterNonce } from '../dataplane/crypto/primitives.ts';
+import { AEAD_SIZES, measureAead } from './micro/aead.ts';
+import { opsPerSecond as timedOpsPerSecond, runtimeLabel } from './micro/measure.ts';
 
 const MEASURE_MS = Number(process.env.BENCH_MS ?? 300);
-const SIZES = [64, 512, 1420];
+const TIMING = { measureMs: MEASURE_MS, runs: 3 };
 
 /** Operations per second of `op`, best of three runs (batches of `batch` calls between clock reads). */
-function opsPerSecond(op: () => void, batch: number): number {
-  for (let i = 0; i < batch; i++) op(); // warm-up: let the JIT settle
-  let best = 0;
-  for (let run = 0; run < 3; run++) {
-    let count = 0;
-    const start = performance.now();
-    let now = start;
-    while (now - start < MEASURE_MS) {
-      for (let i = 0; i < batch; i++) op();
-      count += batch;
-      now = performance.now();
-    }
-    best = Math.max(best, (count * 1000) / (now - start));
-  }
-  return best;
-}
+const opsPerSecond = (op: () => void, batch: number): number => timedOpsPerSecond(op, batch, TIMING);
 
 const fmt = (n: number) => (n >= 1e6 ? `${(n / 1e6).toFixed(2)}M` : n >= 1e3 ? `${(n / 1e3).toFixed(1)}k` : n.toFixed(0));
 const mbps = (opsPerSec: number, bytes: number) => `${((opsPerSec * bytes * 8) / 1e9).toFixed(2)} Gbit/s`;
 
 function benchAead(p: CryptoProvider): void {
-  const a = p.aead!;
-  const key = new Uint8Array(32).fill(7);
-  const nonce = writeCounterNonce(0);
-  for (const size of SIZES) {
-    const plaintext = new Uint8Array(size).fill(1);
-    const out = new Uint8Array(size + 16);
-    let counter = 0;
-    const seals = opsPerSecond(() => { writeCounterNonce(counter++, nonce); a.seal(key, nonce, plaintext, undefined, out); }, 200);
-    const sealed = a.seal(key, nonce, plaintext, undefined);
-    const plain = new Uint8Array(size);
-    const opens = opsPerSecond(() => { a.open(key, nonce, sealed, undefined, plain); }, 200);
+  for (const { size, sealsPerSecond: seals, opensPerSecond: opens } of measureAead(p, AEAD_SIZES, TIMING)) {
     console.log(`  aead ${String(size).padStart(4)} B  seal ${fmt(seals).padStart(7)}/s (${mbps(seals, size)})  open ${fmt(opens).padStart(7)}/s (${mbps(opens, size)})`);
   }
 }
@@ -98,8 +75,7 @@ function benchXAead(p: CryptoProvider): void {
   console.log(`  xaead cookie reply ${fmt(opsPerSecond(() => { x.xseal(key, nonce, cookie, ad); }, 100))}/s`);
 }
 
-const runtime = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined' ? `Bun ${process.versions.bun}` : `Node ${process.versions.node}`;
-console.log(`crypto-micro on ${runtime} (${process.arch}), ${MEASURE_MS} ms per figure, best of 3`);
+console.log(`crypto-micro on ${runtimeLabel()} (${process.arch}), ${MEASURE_MS} ms per figure, best of 3`);
 
 for (const { provider, error } of await loadProviders()) {
   console.log(`\n${provider.name}${error ? `  (self-test failures: ${error})` : ''}`);

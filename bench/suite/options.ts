@@ -1,15 +1,16 @@
 /** Command-line options of `roamguard bench`. */
 import { join } from 'node:path';
-import { ROAMGUARD_BIN, SUBJECTS } from './subjects.ts';
+import { MAX_SCALE_PEERS } from './scale-types.ts';
+import { ROAMGUARD_BIN, SUBJECTS, TUNNEL_MTU } from './subjects.ts';
 
 export interface BenchOptions {
-  /** Measured seconds per iperf3 run (after the warm-up). */
+  /** Measured seconds per iperf3 TCP run (after the warm-up). */
   duration: number;
-  /** Warm-up seconds omitted from each iperf3 result (`iperf3 -O`). */
+  /** Warm-up seconds omitted from each iperf3 TCP result (`iperf3 -O`). */
   omit: number;
   /** Seconds of an unrecorded iperf3 transfer before a tunnel's measurements (JIT, worker start-up); 0 = none. */
   prime: number;
-  /** iperf3 runs per subject and direction; the median is reported. */
+  /** iperf3 runs per subject and test; the median is reported. */
   runs: number;
   /** Echo requests per subject. */
   pings: number;
@@ -17,43 +18,87 @@ export interface BenchOptions {
   pingInterval: number;
   /** Also measure B→A (`iperf3 -R`). */
   reverse: boolean;
+  /** The TCP test with several streams (`iperf3 -P streams`). */
+  parallel: boolean;
+  streams: number;
+  /** The UDP rate sweep. */
+  udp: boolean;
+  /** UDP payload bytes per datagram. */
+  udpSize: number;
+  /** Seconds per UDP probe, and the most probes per subject. */
+  udpProbeSeconds: number;
+  udpProbes: number;
+  /** Microbenchmarks (crypto, handshakes, allowed IPs, heap per peer) in child processes. */
+  micro: boolean;
+  /** The scale run (one daemon, `peers` peers, control socket timings, handshakes). */
+  scale: boolean;
+  peers: number;
+  /** Initiations per second in the scale run; 0 = all at once. */
+  scaleRate: number;
+  /** `get=1` round trips per scale measurement. */
+  getSamples: number;
   quick: boolean;
   /** Subject ids, in run order. */
   subjects: string[];
-  /** Where the JSON and Markdown results go; undefined = do not save. */
+  /** Where the JSON, Markdown and SVG results go; undefined = do not save. */
   outDir: string | undefined;
 }
 
 export const DEFAULT_OUT_DIR = join(ROAMGUARD_BIN, '..', '..', 'bench', 'results');
+/** Subjects of a `--quick` run without --only: the main comparison, without the --threads 0 variant. */
+export const QUICK_SUBJECTS = ['raw', 'node', 'bun', 'wireguard-go'];
+/** The largest UDP payload that fits the tunnel MTU without fragmenting (IPv4 + UDP headers). */
+export const MAX_UDP_SIZE = TUNNEL_MTU - 28;
 
-export const USAGE = `roamguard bench [--quick] [--duration S] [--runs N] [--pings N] [--prime S] [--only LIST] [--reverse] [--out DIR | --no-save]
+export const USAGE = `roamguard bench [--quick] [--only LIST] [--duration S] [--runs N] [--pings N] [--prime S]
+                [--streams N | --no-parallel] [--udp-size B] [--udp-probes N | --no-udp]
+                [--peers N] [--scale-rate N] [--no-scale] [--no-micro] [--reverse] [--out DIR | --no-save]
 
 Builds two network namespaces joined by a veth pair and measures, one after the other on that
 same link: the raw link (the ceiling), roamguard under Node.js and Bun, and wireguard-go (each
-tunnel runs the same implementation on both sides). Per subject: iperf3 TCP, one stream, A→B,
-median of N runs (Gbit/s, retransmits); ping RTT median and p99; CPU seconds of both tunnel
-processes (all threads) per GB carried; peak RSS (VmHWM). Prints a Markdown table and saves it
-with the raw figures as bench/results/<date>-<host>.{json,md}. Needs root; removes everything it
-created afterwards, also on Ctrl-C.
+tunnel runs the same implementation on both sides). Per subject: iperf3 TCP with one stream and
+with 4 parallel streams, A→B, median of N runs (Gbit/s, retransmits); a UDP sweep at a fixed
+datagram size for the highest rate with under 1 % loss (Mbit/s, packets/s); ping RTT median and
+p99; CPU seconds of both tunnel processes (all threads) per GB carried; peak RSS (VmHWM).
+Then microbenchmarks under Node and Bun in child processes (AEAD MB/s per crypto provider at
+64/512/1420 B, handshakes/s on one core, allowed-IPs lookups/s with 1, 1 000 and 100 000
+prefixes, heap per peer) and a scale run: one roamguard daemon with 1 000 peers (its RSS, the
+control socket's set and get=1 times, and 1 000 simulated peers handshaking with it at once).
+Prints Markdown tables and saves them with the raw figures and an SVG bar chart of the
+throughput as bench/results/<date>-<host>.{json,md,svg}. Needs root; removes everything it
+created afterwards, also on Ctrl-C. Full run: about 6 minutes on 2 cores; --quick: under 2.
 
-  --quick          one run of 3 s per subject and 50 pings (explicit options still win)
-  --duration S     measured seconds per iperf3 run, after a 1 s warm-up (default 5)
-  --runs N         iperf3 runs per subject; the median is reported (default 3)
+  --quick          a short subset: ${QUICK_SUBJECTS.join(', ')}; one run of 3 s per TCP test;
+                   50 pings; UDP probes of 1 s, at most 5; shorter microbenchmarks (IPv4 only);
+                   10 get=1 samples (explicit options still win)
+  --only LIST      comma-separated subjects, in this order (default: ${SUBJECTS.filter((s) => s.byDefault).map((s) => s.id).join(',')})
+                   known: ${SUBJECTS.map((s) => s.id).join(', ')}
+  --duration S     measured seconds per iperf3 TCP run, after a 1 s warm-up (default 5)
+  --runs N         iperf3 runs per subject and TCP test; the median is reported (default 3)
   --pings N        echo requests per subject, 10 ms apart (default 200)
   --prime S        unrecorded iperf3 transfer of S s before each tunnel's measurements, so the
                    first run does not pay for JIT and worker start-up (default 2; 0 = none)
-  --only LIST      comma-separated subjects, in this order (default: ${SUBJECTS.filter((s) => s.byDefault).map((s) => s.id).join(',')})
-                   known: ${SUBJECTS.map((s) => s.id).join(', ')}
-  --reverse        also measure B→A (iperf3 -R)
+  --streams N      parallel TCP streams of the second TCP test (default 4)
+  --no-parallel    skip the parallel-stream TCP test
+  --udp-size B     UDP payload bytes per datagram, at most ${MAX_UDP_SIZE} (default 1200)
+  --udp-probes N   most iperf3 UDP probes per subject (default 8, of 2 s each)
+  --no-udp         skip the UDP sweep
+  --no-micro       skip the microbenchmarks
+  --peers N        peers of the scale run (default 1000, at most ${MAX_SCALE_PEERS})
+  --scale-rate N   initiations per second of the simulated peers (default 0: all at once)
+  --no-scale       skip the scale run
+  --reverse        also measure B→A with one stream (iperf3 -R)
   --out DIR        directory for the results (default bench/results)
   --no-save        print only, write no files`;
 
 export function parseBenchArgs(args: readonly string[]): BenchOptions {
   const opts: BenchOptions = {
-    duration: 5, omit: 1, prime: 2, runs: 3, pings: 200, pingInterval: 0.01, reverse: false, quick: false,
+    duration: 5, omit: 1, prime: 2, runs: 3, pings: 200, pingInterval: 0.01, reverse: false,
+    parallel: true, streams: 4, udp: true, udpSize: 1200, udpProbeSeconds: 2, udpProbes: 8,
+    micro: true, scale: true, peers: 1000, scaleRate: 0, getSamples: 30, quick: false,
     subjects: SUBJECTS.filter((s) => s.byDefault).map((s) => s.id), outDir: DEFAULT_OUT_DIR,
   };
-  let duration: number | undefined, runs: number | undefined, pings: number | undefined;
+  const explicit: Partial<Record<'duration' | 'runs' | 'pings' | 'udpProbes' | 'subjects', number | string[]>> = {};
   const nonNegative = (text: string, name: string): number => {
     const n = Number(text);
     if (!Number.isInteger(n) || n < 0) throw new Error(`${name} needs a whole number ≥ 0, got ${JSON.stringify(text)}`);
@@ -69,6 +114,10 @@ export function parseBenchArgs(args: readonly string[]): BenchOptions {
     if (!Number.isFinite(n) || n <= 0 || (integer && !Number.isInteger(n))) throw new Error(`${name} needs a positive ${integer ? 'whole ' : ''}number, got ${JSON.stringify(text)}`);
     return n;
   };
+  const atMost = (n: number, max: number, name: string): number => {
+    if (n > max) throw new Error(`${name} can be at most ${max}, got ${n}`);
+    return n;
+  };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
     const [name, inline] = arg.startsWith('--') && arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
@@ -77,25 +126,40 @@ export function parseBenchArgs(args: readonly string[]): BenchOptions {
       case '--quick': opts.quick = true; break;
       case '--reverse': opts.reverse = true; break;
       case '--no-save': opts.outDir = undefined; break;
-      case '--duration': duration = positive(take(), name, true); break;
-      case '--runs': runs = positive(take(), name, true); break;
-      case '--pings': pings = positive(take(), name, true); break;
+      case '--no-parallel': opts.parallel = false; break;
+      case '--no-udp': opts.udp = false; break;
+      case '--no-micro': opts.micro = false; break;
+      case '--no-scale': opts.scale = false; break;
+      case '--duration': explicit.duration = positive(take(), name, true); break;
+      case '--runs': explicit.runs = positive(take(), name, true); break;
+      case '--pings': explicit.pings = positive(take(), name, true); break;
       case '--prime': opts.prime = nonNegative(take(), name); break;
+      case '--streams': opts.streams = atMost(positive(take(), name, true), 128, name); if (opts.streams < 2) throw new Error('--streams needs at least 2 (the one-stream test always runs)'); break;
+      case '--udp-size': opts.udpSize = atMost(positive(take(), name, true), MAX_UDP_SIZE, name); break;
+      case '--udp-probes': explicit.udpProbes = atMost(positive(take(), name, true), 30, name); break;
+      case '--peers': opts.peers = atMost(positive(take(), name, true), MAX_SCALE_PEERS, name); break;
+      case '--scale-rate': opts.scaleRate = nonNegative(take(), name); break;
       case '--out': opts.outDir = take(); break;
       case '--only': {
         const ids = take().split(',').map((s) => s.trim()).filter(Boolean);
         const unknown = ids.filter((id) => !SUBJECTS.some((s) => s.id === id));
         if (unknown.length > 0) throw new Error(`unknown subject(s) ${unknown.join(', ')} (known: ${SUBJECTS.map((s) => s.id).join(', ')})`);
         if (ids.length === 0) throw new Error('--only needs at least one subject');
-        opts.subjects = ids.filter((id, k) => ids.indexOf(id) === k);
+        explicit.subjects = ids.filter((id, k) => ids.indexOf(id) === k);
         break;
       }
       default: throw new Error(`unknown argument ${arg} (see roamguard bench --help)`);
     }
   }
-  if (opts.quick) { opts.duration = 3; opts.runs = 1; opts.pings = 50; }
-  if (duration !== undefined) opts.duration = duration;
-  if (runs !== undefined) opts.runs = runs;
-  if (pings !== undefined) opts.pings = pings;
+  if (opts.quick) {
+    opts.duration = 3; opts.runs = 1; opts.pings = 50;
+    opts.udpProbeSeconds = 1; opts.udpProbes = 5; opts.getSamples = 10;
+    opts.subjects = QUICK_SUBJECTS.filter((id) => SUBJECTS.some((s) => s.id === id));
+  }
+  if (explicit.duration !== undefined) opts.duration = explicit.duration as number;
+  if (explicit.runs !== undefined) opts.runs = explicit.runs as number;
+  if (explicit.pings !== undefined) opts.pings = explicit.pings as number;
+  if (explicit.udpProbes !== undefined) opts.udpProbes = explicit.udpProbes as number;
+  if (explicit.subjects !== undefined) opts.subjects = explicit.subjects as string[];
   return opts;
 }

@@ -1,8 +1,13 @@
 /** The shape of a benchmark run's results (the JSON file) and the figures derived per subject. */
-import type { IperfRun, PingResult } from './tools.ts';
+import type { MicroRuntimeResult } from './micro-types.ts';
+import type { ScaleResult } from './scale.ts';
+import type { SweepStop } from './sweep.ts';
+import type { IperfRun, PingResult, UdpProbe } from './tools.ts';
 
 export interface RunRecord {
   direction: 'a-to-b' | 'b-to-a';
+  /** Parallel TCP streams (1 unless the run is one of `parallelRuns`). */
+  streams?: number;
   gbps: number;
   retransmits: number;
   /** Payload bytes of the whole run, warm-up included. */
@@ -35,7 +40,12 @@ export interface SubjectResult {
   /** Why it was skipped or how it failed. */
   note?: string;
   info: Record<string, string>;
+  /** TCP, one stream (A→B, and B→A with --reverse). */
   runs: RunRecord[];
+  /** TCP, several streams (`iperf3 -P`), A→B. */
+  parallelRuns?: RunRecord[];
+  /** The UDP rate sweep. */
+  udp?: UdpSweepRecord;
   ping?: Omit<PingResult, 'rttsMs'> & { rttsMs: number[] };
   processes: ProcessRecord[];
   /** Goodput of the unrecorded priming transfer (cold start), Gbit/s. */
@@ -50,6 +60,21 @@ export interface SubjectResult {
   /** Kernel counters over the measured runs: UDP per namespace, packets/drops per interface. */
   counters: Record<string, Record<string, number>>;
   summary?: SubjectSummary;
+}
+
+export interface UdpSweepRecord {
+  payloadBytes: number;
+  probeSeconds: number;
+  /** Loss below which a probe passes (0.01). */
+  maxLoss: number;
+  /** The rate the search started from, bits per second. */
+  startBps: number;
+  probes: UdpProbe[];
+  /** The passing probe with the highest received rate. */
+  best?: UdpProbe;
+  passingBps?: number;
+  failingBps?: number;
+  stoppedBy: SweepStop;
 }
 
 export interface SubjectSummary {
@@ -74,6 +99,21 @@ export interface SubjectSummary {
   peakRssBytes?: number;
   /** CPU seconds used by other processes during the runs, per second of run (0.5 = half a core). */
   foreignCpuLoad: number;
+  /** TCP with `parallelStreams` streams: median, min, max Gbit/s and median retransmits of the runs. */
+  parallelStreams?: number;
+  parallelGbps?: number;
+  parallelGbpsMin?: number;
+  parallelGbpsMax?: number;
+  parallelRetransmits?: number;
+  /** Tunnel CPU seconds per 10^9 payload bytes in the parallel runs. */
+  parallelCpuSecondsPerGB?: number;
+  /** UDP: the best passing probe's received rate (Mbit/s of payload), datagrams/s and loss. */
+  udpPayloadBytes?: number;
+  udpMbps?: number;
+  udpPps?: number;
+  udpLoss?: number;
+  /** Why the sweep stopped (sender-limited means iperf3's sender, not the path, was the limit). */
+  udpStoppedBy?: SweepStop;
 }
 
 export interface BenchMeta {
@@ -89,6 +129,8 @@ export interface BenchMeta {
   versions: Record<string, string>;
   options: {
     duration: number; omit: number; prime: number; runs: number; pings: number; pingInterval: number; reverse: boolean; quick: boolean; subjects: string[];
+    parallel?: boolean; streams?: number; udp?: boolean; udpSize?: number; udpProbeSeconds?: number; udpProbes?: number;
+    micro?: boolean; scale?: boolean; peers?: number; scaleRate?: number; getSamples?: number;
   };
   topology: string;
   /** Other processes' CPU use measured for one second before the start, cores (0.5 = half a core). */
@@ -96,7 +138,18 @@ export interface BenchMeta {
   loadAverage: number[];
 }
 
+export interface MicroSection {
+  /** One entry per runtime that ran (Node, Bun). */
+  runtimes: MicroRuntimeResult[];
+  /** Runtimes whose child process failed, with the message. */
+  failures: Array<{ runtime: string; error: string }>;
+}
+
 export interface BenchResults {
   meta: BenchMeta;
   subjects: SubjectResult[];
+  micro?: MicroSection;
+  scale?: ScaleResult;
+  /** Why the scale run failed. */
+  scaleError?: string;
 }

@@ -1,45 +1,64 @@
 /**
  * Runs the benchmark suite: one topology (two namespaces joined by one veth pair), then each
  * subject in turn on it: iperf3 server in B, tunnel start up to a first ping, an unrecorded
- * priming transfer, the ping series, the iperf3 runs (with CPU, queue and drop figures), peak
- * RSS, stop. Every subject has a scope of its own that is cleaned up before the next starts;
- * the topology's scope is cleaned up at the end, also on failure. Ctrl-C and SIGTERM are handled
- * by the namespace helpers' last-resort cleanup (processes by pid, then the namespaces).
+ * priming transfer, the ping series, the one-stream iperf3 runs (with CPU, queue and drop
+ * figures), the parallel-stream runs, the UDP rate sweep, peak RSS, stop. Then the
+ * microbenchmarks (a child process per runtime) and the scale run (one daemon, many peers).
+ * Every subject has a scope of its own that is cleaned up before the next starts; the
+ * topology's scope is cleaned up at the end, also on failure. Ctrl-C and SIGTERM are handled by
+ * the namespace helpers' last-resort cleanup (processes by pid, then the namespaces).
  */
 import { spawnSync } from 'node:child_process';
 import { availableParallelism, cpus, hostname, loadavg, release, totalmem } from 'node:os';
 import {
-  Scope, createPair, which, type PairTopology,
+  Scope, createPair, which, type NsProcess, type PairTopology,
 } from '../../test/system/netns.ts';
 import { difference, linkCounters, sampleQueues, udpCounters, type Counters, type QueueSample } from './counters.ts';
 import { cpuSeconds, foreignCpu, formatTop, memoryStatus, namedNetnsInode, snapshotAllProcesses } from './procfs.ts';
+import { runMicro, microSeconds } from './micro.ts';
 import type { BenchOptions } from './options.ts';
-import type { BenchMeta, BenchResults, RunRecord, SubjectResult, SubjectSummary } from './results.ts';
+import { estimateSecondsLeft, formatDuration } from './progress.ts';
+import type { BenchMeta, BenchResults, MicroSection, RunRecord, SubjectResult, SubjectSummary } from './results.ts';
+import { runScale, scaleSeconds } from './scale.ts';
 import { maximum, median, minimum } from './stats.ts';
 import { LISTEN_PORT, SUBJECTS, TUNNEL_MTU, bunBinary, startSubject, unavailableReason, type RunningSubject, type SubjectSpec } from './subjects.ts';
-import { iperf, ping, startIperfServer, type IperfRun } from './tools.ts';
+import { sweepRate } from './sweep.ts';
+import { iperf, iperfUdp, ping, startIperfServer, type IperfRun, type UdpProbe } from './tools.ts';
 
 export type Progress = (line: string) => void;
 
-interface Step {
-  subject: SubjectSpec;
-  kind: 'start' | 'prime' | 'ping' | 'iperf';
+export interface Step {
+  /** What the step belongs to: a subject's label, `microbenchmarks` or `scale run`. */
+  label: string;
+  subject?: SubjectSpec;
+  kind: 'start' | 'prime' | 'ping' | 'iperf' | 'parallel' | 'udp' | 'micro' | 'scale';
   run?: number;
   reverse?: boolean;
+  runtime?: 'node' | 'bun';
   /** Expected seconds, for the time-left estimate. */
   seconds: number;
 }
 
-function plan(specs: SubjectSpec[], opts: BenchOptions): Step[] {
+/** UDP sweep limits: never below 10 Mbit/s, never above 40 Gbit/s, 1 % loss, within 10 %. */
+export const UDP_SWEEP = { minBps: 10e6, maxBps: 40e9, maxLoss: 0.01, precision: 0.1, fallbackStartBps: 200e6 };
+
+/** Every step of a run with its expected duration, in order (exported for tests). */
+export function plan(specs: readonly SubjectSpec[], opts: BenchOptions, microRuntimes: ReadonlyArray<'node' | 'bun'>): Step[] {
   const steps: Step[] = [];
   const iperfSeconds = opts.duration + opts.omit + 0.7;
   for (const subject of specs) {
-    steps.push({ subject, kind: 'start', seconds: subject.kind === 'raw' ? 0.1 : subject.kind === 'roamguard' ? 3 : 1.5 });
-    if (subject.kind !== 'raw' && opts.prime > 0) steps.push({ subject, kind: 'prime', seconds: opts.prime + 0.7 });
-    steps.push({ subject, kind: 'ping', seconds: opts.pings * opts.pingInterval + 0.3 });
-    for (let r = 1; r <= opts.runs; r++) steps.push({ subject, kind: 'iperf', run: r, seconds: iperfSeconds });
-    if (opts.reverse) for (let r = 1; r <= opts.runs; r++) steps.push({ subject, kind: 'iperf', run: r, reverse: true, seconds: iperfSeconds });
+    const label = subject.label;
+    steps.push({ label, subject, kind: 'start', seconds: subject.kind === 'raw' ? 0.1 : subject.kind === 'roamguard' ? 3 : 1.5 });
+    if (subject.kind !== 'raw' && opts.prime > 0) steps.push({ label, subject, kind: 'prime', seconds: opts.prime + 0.7 });
+    steps.push({ label, subject, kind: 'ping', seconds: opts.pings * opts.pingInterval + 0.3 });
+    for (let r = 1; r <= opts.runs; r++) steps.push({ label, subject, kind: 'iperf', run: r, seconds: iperfSeconds });
+    if (opts.reverse) for (let r = 1; r <= opts.runs; r++) steps.push({ label, subject, kind: 'iperf', run: r, reverse: true, seconds: iperfSeconds });
+    if (opts.parallel) for (let r = 1; r <= opts.runs; r++) steps.push({ label, subject, kind: 'parallel', run: r, seconds: iperfSeconds });
+    // A sweep rarely needs its whole probe budget; a probe costs about 0.8 s more than its length.
+    if (opts.udp) steps.push({ label, subject, kind: 'udp', seconds: Math.ceil(opts.udpProbes * 0.8) * (opts.udpProbeSeconds + 0.8) });
   }
+  if (opts.micro) for (const runtime of microRuntimes) steps.push({ label: 'microbenchmarks', kind: 'micro', runtime, seconds: microSeconds(opts.quick) });
+  if (opts.scale) steps.push({ label: 'scale run', kind: 'scale', seconds: scaleSeconds(opts.quick) });
   return steps;
 }
 
@@ -82,7 +101,6 @@ function summarizeQueues(result: SubjectResult, samples: Array<Record<string, Qu
   result.udpReceiveBuffer = rb;
 }
 
-const formatDuration = (s: number) => (s >= 60 ? `${Math.floor(s / 60)}m${String(Math.round(s % 60)).padStart(2, '0')}s` : `${Math.round(s)}s`);
 
 function version(cmd: string, args: string[], pattern: RegExp = /\S.*/): string {
   const r = spawnSync(cmd, args, { encoding: 'utf8', timeout: 10_000 });
@@ -109,7 +127,8 @@ function cpuBySide(subject: RunningSubject): Record<string, number> {
   return out;
 }
 
-function summarize(result: SubjectResult, kind: string): SubjectSummary {
+/** The figures of a subject's runs (exported for tests). */
+export function summarize(result: SubjectResult, kind: string): SubjectSummary {
   const forward = result.runs.filter((r) => r.direction === 'a-to-b');
   const backward = result.runs.filter((r) => r.direction === 'b-to-a');
   const gbps = forward.map((r) => r.gbps);
@@ -136,8 +155,30 @@ function summarize(result: SubjectResult, kind: string): SubjectSummary {
     summary.cpuPercent = wall > 0 ? (100 * cpu) / wall : Number.NaN;
   }
   if (result.processes.length > 0) summary.peakRssBytes = Math.max(...result.processes.map((p) => p.peakRssBytes));
-  const wall = result.runs.reduce((s, r) => s + r.wallSeconds, 0);
-  summary.foreignCpuLoad = wall > 0 ? result.runs.reduce((s, r) => s + r.foreignCpuSeconds, 0) / wall : 0;
+  const all = [...result.runs, ...(result.parallelRuns ?? [])];
+  const wall = all.reduce((s, r) => s + r.wallSeconds, 0);
+  summary.foreignCpuLoad = wall > 0 ? all.reduce((s, r) => s + r.foreignCpuSeconds, 0) / wall : 0;
+  const parallel = result.parallelRuns ?? [];
+  if (parallel.length > 0) {
+    const p = parallel.map((r) => r.gbps);
+    summary.parallelStreams = parallel[0].streams;
+    summary.parallelGbps = median(p);
+    summary.parallelGbpsMin = minimum(p);
+    summary.parallelGbpsMax = maximum(p);
+    summary.parallelRetransmits = median(parallel.map((r) => r.retransmits));
+    const bytes = parallel.reduce((s, r) => s + r.totalBytes, 0);
+    if (kind !== 'raw' && bytes > 0) summary.parallelCpuSecondsPerGB = parallel.reduce((s, r) => s + r.tunnelCpuSeconds, 0) / (bytes / 1e9);
+  }
+  if (result.udp) {
+    summary.udpPayloadBytes = result.udp.payloadBytes;
+    summary.udpStoppedBy = result.udp.stoppedBy;
+    const best = result.udp.best;
+    if (best) {
+      summary.udpMbps = best.receivedBps / 1e6;
+      summary.udpPps = best.receivedPps;
+      summary.udpLoss = best.lossFraction;
+    }
+  }
   return summary;
 }
 
@@ -157,74 +198,121 @@ interface Context {
   topo: PairTopology;
   opts: BenchOptions;
   ownNetns: Set<number>;
-  steps: Step[];
   step: (s: Step, detail?: string) => void;
   progress: Progress;
 }
 
-async function measureSubject(spec: SubjectSpec, result: SubjectResult, ctx: Context): Promise<void> {
+/**
+ * One timed iperf3 TCP run with the tunnel processes' CPU time and other processes' CPU time
+ * around it; warns when other processes competed for the cores.
+ */
+async function timedTcpRun(
+  ctx: Context, scope: Scope, subject: RunningSubject, watch: NsProcess[], options: { reverse?: boolean; streams: number; sampleQueues?: Array<Record<string, QueueSample>> },
+): Promise<RunRecord> {
+  const { topo, opts } = ctx;
+  const everyoneBefore = snapshotAllProcesses();
+  const before = cpuBySide(subject);
+  const stopSampling = options.sampleQueues && subject.processes.length > 0 ? startQueueSampler(topo, subject, opts.omit * 1000 + 500) : undefined;
+  const t0 = performance.now();
+  let r: IperfRun, wallSeconds = 0, after: Record<string, number> = {}, everyoneAfter = everyoneBefore;
+  try {
+    r = await iperf(scope, topo.a, subject.target, { seconds: opts.duration, omitSeconds: opts.omit, reverse: options.reverse, parallel: options.streams }, watch);
+    wallSeconds = (performance.now() - t0) / 1000;
+    after = cpuBySide(subject);
+    everyoneAfter = snapshotAllProcesses();
+  } finally {
+    if (stopSampling) options.sampleQueues!.push(...await stopSampling());
+  }
+  const foreign = foreignCpu(everyoneBefore, everyoneAfter, ctx.ownNetns, process.pid);
+  const bySide: Record<string, number> = {};
+  for (const side of Object.keys(after)) bySide[side] = after[side] - (before[side] ?? 0);
+  if (foreign.seconds > 0.1 * wallSeconds) {
+    ctx.progress(`  warning: other processes used ${foreign.seconds.toFixed(1)} CPU-s during this ${wallSeconds.toFixed(0)} s run (${formatTop(foreign.top)}): figures are low`);
+  }
+  for (const p of subject.processes) {
+    if (!p.process.running) throw new Error(`${p.process.label} exited during the measurement\n${p.process.describe()}`);
+  }
+  return {
+    direction: options.reverse ? 'b-to-a' : 'a-to-b',
+    streams: options.streams,
+    gbps: r.bitsPerSecond / 1e9,
+    retransmits: r.retransmits,
+    totalBytes: r.totalBytes,
+    wallSeconds,
+    tunnelCpuSeconds: Object.values(bySide).reduce((a, b) => a + b, 0),
+    tunnelCpuBySide: bySide,
+    foreignCpuSeconds: foreign.seconds,
+    foreignTop: foreign.top,
+    iperf: r,
+  };
+}
+
+const mbit = (bps: number) => (bps >= 1e9 ? `${(bps / 1e9).toFixed(2)} Gbit/s` : `${(bps / 1e6).toFixed(0)} Mbit/s`);
+
+/** The UDP sweep of one subject, starting from half its one-stream TCP rate. */
+async function udpSweep(ctx: Context, scope: Scope, subject: RunningSubject, watch: NsProcess[], result: SubjectResult): Promise<void> {
+  const { opts, topo } = ctx;
+  const tcp = median(result.runs.filter((r) => r.direction === 'a-to-b').map((r) => r.gbps * 1e9));
+  const startBps = Number.isFinite(tcp) && tcp > 0 ? Math.max(UDP_SWEEP.minBps, tcp / 2) : UDP_SWEEP.fallbackStartBps;
+  const sweep = await sweepRate(
+    async (bps) => {
+      const probe = await iperfUdp(scope, topo.a, subject.target, { seconds: opts.udpProbeSeconds, bitsPerSecond: bps, payloadBytes: opts.udpSize }, watch);
+      await sleep(300); // let the queues drain before the next probe
+      return probe;
+    },
+    { startBps, minBps: UDP_SWEEP.minBps, maxBps: UDP_SWEEP.maxBps, maxLoss: UDP_SWEEP.maxLoss, maxProbes: opts.udpProbes, precision: UDP_SWEEP.precision },
+    (p: UdpProbe, i) => ctx.progress(`    UDP probe ${i + 1}/${opts.udpProbes}: asked ${mbit(p.targetBps)}, sent ${mbit(p.sentBps)}, received ${mbit(p.receivedBps)}, loss ${(p.lossFraction * 100).toFixed(2)} %${p.error ? ` (${p.error})` : ''}`),
+  );
+  result.udp = {
+    payloadBytes: opts.udpSize, probeSeconds: opts.udpProbeSeconds, maxLoss: UDP_SWEEP.maxLoss, startBps,
+    probes: sweep.probes, best: sweep.best, passingBps: sweep.passingBps, failingBps: sweep.failingBps, stoppedBy: sweep.stoppedBy,
+  };
+}
+
+async function measureSubject(spec: SubjectSpec, result: SubjectResult, ctx: Context, steps: Step[]): Promise<void> {
   const { topo, opts, step } = ctx;
-  const mine = ctx.steps.filter((s) => s.subject === spec);
-  const next = () => mine.shift()!;
+  const mine = steps.filter((s) => s.subject === spec);
+  const take = (kind: Step['kind']) => mine.filter((s) => s.kind === kind);
   const scope = new Scope();
   try {
-    step(next(), spec.kind === 'raw' ? 'start' : 'starting both sides, configuring with wg, first handshake');
+    step(take('start')[0], spec.kind === 'raw' ? 'start' : 'starting both sides, configuring with wg, first handshake');
     // A server per subject: a run broken by a dead tunnel cannot leave it busy for the next one.
     await startIperfServer(scope, topo.b);
     const subject = await startSubject(scope, topo, spec);
     Object.assign(result.info, subject.info);
     const watch = subject.processes.map((p) => p.process);
 
-    if (spec.kind !== 'raw' && opts.prime > 0) {
-      step(next(), `priming transfer, ${opts.prime} s, not recorded`);
+    for (const s of take('prime')) {
+      step(s, `priming transfer, ${opts.prime} s, not recorded`);
       result.primeGbps = (await iperf(scope, topo.a, subject.target, { seconds: opts.prime, omitSeconds: 0 }, watch)).bitsPerSecond / 1e9;
     }
 
-    step(next(), `${opts.pings} pings, ${opts.pingInterval * 1000} ms apart`);
+    step(take('ping')[0], `${opts.pings} pings, ${opts.pingInterval * 1000} ms apart`);
     result.ping = await ping(topo.a, subject.target, opts.pings, opts.pingInterval);
 
     const countersBefore = await readCounters(topo, subject);
     const queueSamples: Array<Record<string, QueueSample>> = [];
-    for (const s of mine) {
-      step(s, `iperf3 TCP ${s.reverse ? 'B→A' : 'A→B'} run ${s.run}/${opts.runs}, ${opts.duration} s + ${opts.omit} s warm-up`);
-      const everyoneBefore = snapshotAllProcesses();
-      const before = cpuBySide(subject);
-      const stopSampling = !s.reverse && subject.processes.length > 0 ? startQueueSampler(topo, subject, opts.omit * 1000 + 500) : undefined;
-      const t0 = performance.now();
-      let r: IperfRun | undefined, wallSeconds = 0, after: Record<string, number> = {}, everyoneAfter = everyoneBefore;
-      try {
-        r = await iperf(scope, topo.a, subject.target, { seconds: opts.duration, omitSeconds: opts.omit, reverse: s.reverse }, watch);
-        wallSeconds = (performance.now() - t0) / 1000;
-        after = cpuBySide(subject);
-        everyoneAfter = snapshotAllProcesses();
-      } finally {
-        if (stopSampling) queueSamples.push(...await stopSampling());
-      }
-      const foreign = foreignCpu(everyoneBefore, everyoneAfter, ctx.ownNetns, process.pid);
-      const bySide: Record<string, number> = {};
-      for (const side of Object.keys(after)) bySide[side] = after[side] - (before[side] ?? 0);
-      result.runs.push({
-        direction: s.reverse ? 'b-to-a' : 'a-to-b',
-        gbps: r.bitsPerSecond / 1e9,
-        retransmits: r.retransmits,
-        totalBytes: r.totalBytes,
-        wallSeconds,
-        tunnelCpuSeconds: Object.values(bySide).reduce((a, b) => a + b, 0),
-        tunnelCpuBySide: bySide,
-        foreignCpuSeconds: foreign.seconds,
-        foreignTop: foreign.top,
-        iperf: r,
-      } satisfies RunRecord);
-      if (foreign.seconds > 0.1 * wallSeconds) {
-        ctx.progress(`  warning: other processes used ${foreign.seconds.toFixed(1)} CPU-s during this ${wallSeconds.toFixed(0)} s run (${formatTop(foreign.top)}): figures are low`);
-      }
-      for (const p of subject.processes) {
-        if (!p.process.running) throw new Error(`${p.process.label} exited during the measurement\n${p.process.describe()}`);
-      }
+    for (const s of take('iperf')) {
+      step(s, `iperf3 TCP 1 stream ${s.reverse ? 'B→A' : 'A→B'} run ${s.run}/${opts.runs}, ${opts.duration} s + ${opts.omit} s warm-up`);
+      result.runs.push(await timedTcpRun(ctx, scope, subject, watch, { reverse: s.reverse, streams: 1, sampleQueues: s.reverse ? undefined : queueSamples }));
     }
     summarizeQueues(result, queueSamples);
     const countersAfter = await readCounters(topo, subject);
     for (const key of Object.keys(countersAfter)) result.counters[key] = difference(countersBefore[key] ?? {}, countersAfter[key]);
+
+    for (const s of take('parallel')) {
+      step(s, `iperf3 TCP ${opts.streams} streams A→B run ${s.run}/${opts.runs}, ${opts.duration} s + ${opts.omit} s warm-up`);
+      (result.parallelRuns ??= []).push(await timedTcpRun(ctx, scope, subject, watch, { streams: opts.streams }));
+    }
+
+    for (const s of take('udp')) {
+      step(s, `UDP sweep, ${opts.udpSize} B datagrams, highest rate with < ${UDP_SWEEP.maxLoss * 100} % loss, up to ${opts.udpProbes} probes of ${opts.udpProbeSeconds} s`);
+      await udpSweep(ctx, scope, subject, watch, result);
+      for (const p of subject.processes) {
+        if (!p.process.running) throw new Error(`${p.process.label} exited during the UDP sweep\n${p.process.describe()}`);
+      }
+    }
+
     for (const p of subject.processes) {
       const m = memoryStatus(p.pid);
       result.processes.push({ side: p.side, comm: p.comm, pid: p.pid, ifname: p.ifname, peakRssBytes: m.peakRssBytes, threads: m.threads });
@@ -251,19 +339,26 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
     } else runnable.push(spec);
   });
 
-  const steps = plan(runnable, opts);
+  const microRuntimes: Array<'node' | 'bun'> = bunBinary() ? ['node', 'bun'] : ['node'];
+  if (opts.micro && !bunBinary()) progress('note: microbenchmarks: bun is not installed (npm install bun): Node only');
+  const steps = plan(runnable, opts, microRuntimes);
   const total = steps.length;
-  let done = 0;
+  const t0 = performance.now();
   const step = (s: Step, detail?: string) => {
-    done = steps.indexOf(s) + 1;
-    const left = steps.slice(done - 1).reduce((sum, x) => sum + x.seconds, 0);
-    progress(`[${String(done).padStart(String(total).length)}/${total}] ${s.subject.label}: ${detail ?? s.kind} (${total - done} steps, ~${formatDuration(left)} left)`);
+    const index = steps.indexOf(s);
+    const plannedDone = steps.slice(0, index).reduce((sum, x) => sum + x.seconds, 0);
+    const plannedLeft = steps.slice(index).reduce((sum, x) => sum + x.seconds, 0);
+    const left = estimateSecondsLeft(plannedLeft, plannedDone, (performance.now() - t0) / 1000);
+    progress(`[${String(index + 1).padStart(String(total).length)}/${total}] ${s.label}: ${detail ?? s.kind} (${total - index - 1} steps, ~${formatDuration(left)} left)`);
   };
 
   const versions = collectVersions();
   const loadAverage = loadavg().map((l) => Math.round(l * 100) / 100);
   const topologyScope = new Scope();
   let foreignLoadBefore = 0;
+  let micro: MicroSection | undefined;
+  let scale: BenchResults['scale'];
+  let scaleError: string | undefined;
   try {
     progress('setting up: two namespaces and a veth pair');
     const topo = await createPair(topologyScope);
@@ -277,18 +372,45 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
     if (quiet.seconds > 0.1) {
       progress(`warning: the machine is busy: other processes used ${(quiet.seconds * 100).toFixed(0)} % of a core over the last second (${formatTop(quiet.top)}); load average ${loadAverage.join(' ')}. The figures will be low and noisy.`);
     }
-    const ctx: Context = { topo, opts, ownNetns, steps, step, progress };
+    const ctx: Context = { topo, opts, ownNetns, step, progress };
 
     for (const spec of runnable) {
       const result = results[specs.indexOf(spec)];
       try {
-        await measureSubject(spec, result, ctx);
+        await measureSubject(spec, result, ctx, steps);
       } catch (err) {
         result.status = 'failed';
         result.note = (err as Error).message;
         progress(`FAILED: ${spec.label}: ${(err as Error).message.split('\n')[0]}`);
       }
-      if (result.runs.length > 0) result.summary = summarize(result, spec.kind);
+      if (result.runs.length > 0 || result.parallelRuns || result.udp) result.summary = summarize(result, spec.kind);
+    }
+
+    for (const s of steps.filter((x) => x.kind === 'micro')) {
+      const runtime = s.runtime!;
+      step(s, `${runtime}: AEAD per provider, handshakes/s, allowed-IPs lookups, heap per peer (child process)`);
+      micro ??= { runtimes: [], failures: [] };
+      const microScope = new Scope();
+      try {
+        micro.runtimes.push(await runMicro(microScope, topo.a, runtime, { quick: opts.quick, peers: opts.peers }, progress));
+      } catch (err) {
+        micro.failures.push({ runtime, error: (err as Error).message });
+        progress(`FAILED: microbenchmarks (${runtime}): ${(err as Error).message.split('\n')[0]}`);
+      } finally {
+        await microScope.cleanup();
+      }
+    }
+
+    for (const s of steps.filter((x) => x.kind === 'scale')) {
+      step(s, `one roamguard daemon, ${opts.peers} peers: RSS, set and get=1 times, ${opts.peers} simulated peers handshaking`);
+      try {
+        scale = await runScale(topo, {
+          peers: opts.peers, getSamples: opts.getSamples, rate: opts.scaleRate, timeoutMs: opts.quick ? 25_000 : 40_000,
+        }, progress);
+      } catch (err) {
+        scaleError = (err as Error).message;
+        progress(`FAILED: scale run: ${scaleError.split('\n')[0]}`);
+      }
     }
   } finally {
     progress('tearing down: tunnel processes, the iperf3 server, the veth pair, the namespaces');
@@ -310,10 +432,16 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
     options: {
       duration: opts.duration, omit: opts.omit, prime: opts.prime, runs: opts.runs, pings: opts.pings, pingInterval: opts.pingInterval,
       reverse: opts.reverse, quick: opts.quick, subjects: opts.subjects,
+      parallel: opts.parallel, streams: opts.streams, udp: opts.udp, udpSize: opts.udpSize, udpProbeSeconds: opts.udpProbeSeconds, udpProbes: opts.udpProbes,
+      micro: opts.micro, scale: opts.scale, peers: opts.peers, scaleRate: opts.scaleRate, getSamples: opts.getSamples,
     },
     foreignLoadBefore,
     loadAverage,
     topology: `two network namespaces joined by a veth pair (MTU 1500); tunnels with MTU ${TUNNEL_MTU}, one peer each side; iperf3 client in A, server in B`,
   };
-  return { meta, subjects: results };
+  const out: BenchResults = { meta, subjects: results };
+  if (micro) out.micro = micro;
+  if (scale) out.scale = scale;
+  if (scaleError) out.scaleError = scaleError;
+  return out;
 }

@@ -86,7 +86,7 @@ function comm(pid: number): string {
 }
 
 /** Waits for a daemon's TUN and control socket; fails at once when the process exits. */
-async function waitUntilReady(ns: Namespace, ifname: string, proc: NsProcess, timeoutMs: number): Promise<void> {
+export async function waitUntilReady(ns: Namespace, ifname: string, proc: NsProcess, timeoutMs: number): Promise<void> {
   const socket = join(WG_SOCKET_DIR, `${ifname}.sock`);
   let exited = false;
   await waitFor(async () => {
@@ -97,14 +97,15 @@ async function waitUntilReady(ns: Namespace, ifname: string, proc: NsProcess, ti
   if (exited) throw new Error(`${proc.label} exited before it was ready\n${proc.describe()}`);
 }
 
-async function startRoamguard(scope: Scope, ns: Namespace, spec: SubjectSpec, side: 'a' | 'b'): Promise<TunnelProcess> {
+/** Starts `roamguard wg -f` for `spec` in `ns` (a fresh interface name) and waits until it is ready. */
+export async function startRoamguard(scope: Scope, ns: Namespace, spec: SubjectSpec, side: 'a' | 'b', logLevel = 'verbose'): Promise<TunnelProcess> {
   const ifname = uniqueName('rgb');
   scope.removeFileAtCleanup(join(WG_SOCKET_DIR, `${ifname}.sock`));
   const args = ['--runtime', spec.runtime ?? 'node', 'wg', '-f'];
   if (spec.threads !== undefined) args.push('--threads', String(spec.threads));
   args.push(ifname);
   // verbose logs only lifecycle events (providers, threads, handshakes), never per packet.
-  const proc = scope.spawn(ns, ROAMGUARD_BIN, args, { env: { LOG_LEVEL: 'verbose' }, label: `roamguard ${spec.runtime} ${ifname} in ${ns.name}` });
+  const proc = scope.spawn(ns, ROAMGUARD_BIN, args, { env: { LOG_LEVEL: logLevel }, label: `roamguard ${spec.runtime} ${ifname} in ${ns.name}` });
   await waitUntilReady(ns, ifname, proc, 30_000);
   return { side, pid: proc.pid, comm: comm(proc.pid), ifname, process: proc };
 }

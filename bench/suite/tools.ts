@@ -1,7 +1,7 @@
 /**
- * The measuring tools, run inside a namespace: iperf3 (TCP, one stream, JSON output) and ping
- * (ICMP echo at a short interval, one RTT per reply). Both return parsed figures or throw with
- * the tool's own message.
+ * The measuring tools, run inside a namespace: iperf3 (TCP with one or more streams, UDP at a
+ * set rate; JSON output) and ping (ICMP echo at a short interval, one RTT per reply). All return
+ * parsed figures or throw with the tool's own message.
  */
 import { waitFor, type Namespace, type NsProcess, type Scope } from '../../test/system/netns.ts';
 import { median, percentile } from './stats.ts';
@@ -53,8 +53,17 @@ export function parseIperfJson(text: string): IperfRun {
   const received = json.end?.sum_received;
   if (!sent || !received || typeof received.bits_per_second !== 'number') throw new Error('iperf3 JSON has no end summary');
   const intervals = json.intervals ?? [];
-  // With --reverse the client is the receiver and has no sender figures (rtt, cwnd).
-  const tcp = json.end?.streams?.[0]?.sender;
+  // With --reverse the client is the receiver and has no sender figures (rtt, cwnd). With
+  // several streams: the mean of their RTT figures, the largest window.
+  const senders = (json.end?.streams ?? []).map((st) => st.sender).filter((x) => x !== undefined);
+  const meanOf = (pick: (x: NonNullable<typeof senders[number]>) => number | undefined): number | undefined => {
+    const values = senders.map(pick).filter((v): v is number => typeof v === 'number');
+    return values.length === 0 ? undefined : values.reduce((a, b) => a + b, 0) / values.length;
+  };
+  const tcp = senders.length === 0 ? undefined : {
+    mean_rtt: meanOf((x) => x.mean_rtt), min_rtt: meanOf((x) => x.min_rtt), max_rtt: meanOf((x) => x.max_rtt),
+    max_snd_cwnd: senders.some((x) => typeof x.max_snd_cwnd === 'number') ? Math.max(...senders.map((x) => x.max_snd_cwnd ?? 0)) : undefined,
+  };
   const usToMs = (us: number | undefined) => (typeof us === 'number' ? us / 1000 : Number.NaN);
   return {
     bitsPerSecond: received.bits_per_second,
@@ -77,6 +86,8 @@ export interface IperfOptions {
   omitSeconds: number;
   /** Server sends, client receives (`-R`). */
   reverse?: boolean;
+  /** Parallel TCP streams (`-P`); default 1. */
+  parallel?: number;
 }
 
 /** Starts an iperf3 server in `ns` (stopped with `scope`) and waits until it listens. */
@@ -91,21 +102,15 @@ export async function startIperfServer(scope: Scope, ns: Namespace): Promise<NsP
 }
 
 /**
- * One iperf3 TCP single-stream test from `ns` to the server at `target`. The client is a tracked
- * process of `scope`: it is stopped at once when one of `watch` (the tunnel processes) exits or
- * the run overstays, so a dead tunnel never leaves a client running into the next measurement.
+ * Runs one iperf3 client in `ns` with `args` and returns its stdout (JSON). The client is a
+ * tracked process of `scope`: it is stopped at once when one of `watch` (the tunnel processes)
+ * exits or the run overstays, so a dead tunnel never leaves a client running into the next
+ * measurement.
  */
-export async function iperf(scope: Scope, ns: Namespace, target: string, options: IperfOptions, watch: readonly NsProcess[] = []): Promise<IperfRun> {
-  const args = [
-    '--client', target, '--port', String(IPERF_PORT), '--json',
-    '--time', String(options.seconds), '--omit', String(options.omitSeconds),
-    '--connect-timeout', '3000',
-  ];
-  if (options.reverse) args.push('--reverse');
+async function runIperfClient(scope: Scope, ns: Namespace, args: string[], timeoutMs: number, watch: readonly NsProcess[]): Promise<string> {
   const client = scope.spawn(ns, 'iperf3', args, { label: 'iperf3 client', keepOutputBytes: 16 << 20, stopTimeoutMs: 1000 });
   // 'close' (not 'exit'): all of stdout has been read by then.
   const closed = new Promise<'done'>((resolve) => client.child.once('close', () => resolve('done')));
-  const timeoutMs = (options.seconds + options.omitSeconds + 20) * 1000;
   let timer: NodeJS.Timeout | undefined;
   const overstayed = new Promise<'timeout'>((resolve) => { timer = setTimeout(() => resolve('timeout'), timeoutMs); });
   const died = watch.map((p) => p.exited.then(() => p));
@@ -116,10 +121,126 @@ export async function iperf(scope: Scope, ns: Namespace, target: string, options
     if (outcome === 'timeout') throw new Error(`iperf3 did not finish within ${timeoutMs / 1000} s\n${client.describe()}`);
     throw new Error(`${outcome.label} exited during the iperf3 run\n${outcome.describe()}`);
   }
-  // On failure iperf3 still prints JSON with an "error" member, which parseIperfJson reports.
+  // On failure iperf3 still prints JSON with an "error" member, which the parsers report.
   const code = client.exitStatus?.code;
   if (code !== 0 && !client.stdout.trim()) throw new Error(`iperf3 failed (exit ${code}): ${client.stderr.trim()}`);
-  return parseIperfJson(client.stdout);
+  return client.stdout;
+}
+
+/** One iperf3 TCP test (one stream, or `parallel` streams) from `ns` to the server at `target`. */
+export async function iperf(scope: Scope, ns: Namespace, target: string, options: IperfOptions, watch: readonly NsProcess[] = []): Promise<IperfRun> {
+  const args = [
+    '--client', target, '--port', String(IPERF_PORT), '--json',
+    '--time', String(options.seconds), '--omit', String(options.omitSeconds),
+    '--connect-timeout', '3000',
+  ];
+  if (options.reverse) args.push('--reverse');
+  if (options.parallel !== undefined && options.parallel > 1) args.push('--parallel', String(options.parallel));
+  return parseIperfJson(await runIperfClient(scope, ns, args, (options.seconds + options.omitSeconds + 20) * 1000, watch));
+}
+
+/** One UDP probe: iperf3 sending at a set rate, and what arrived. */
+export interface UdpProbe {
+  /** The rate asked of iperf3 (`-b`), bits per second of UDP payload. */
+  targetBps: number;
+  /** What the sender managed, bits per second. */
+  sentBps: number;
+  /** What the receiver got, bits per second. */
+  receivedBps: number;
+  /** Datagrams sent, and of them lost (counted by the receiver from sequence gaps). */
+  packets: number;
+  lostPackets: number;
+  /**
+   * Lost share of what was sent: the larger of lostPackets / packets and 1 − bytes received /
+   * bytes sent (iperf3 counts only gaps, so datagrams lost after the last one received would be
+   * missed otherwise); 1 when nothing was sent.
+   */
+  lossFraction: number;
+  /** Datagrams received per second. */
+  receivedPps: number;
+  seconds: number;
+  /** Set when iperf3 failed; the probe then counts as lost. */
+  error?: string;
+}
+
+interface IperfUdpJson {
+  error?: string;
+  end?: {
+    sum_sent?: { bits_per_second?: number; bytes?: number; packets?: number; seconds?: number };
+    sum_received?: { bits_per_second?: number; bytes?: number; packets?: number; lost_packets?: number; seconds?: number };
+    sum?: { bits_per_second?: number; bytes?: number; packets?: number; lost_packets?: number; seconds?: number };
+  };
+}
+
+/** Parses `iperf3 --udp --json` output (exported for tests). Throws on iperf3's own errors. */
+export function parseIperfUdpJson(text: string, targetBps: number): UdpProbe {
+  let json: IperfUdpJson;
+  try {
+    json = JSON.parse(text) as IperfUdpJson;
+  } catch {
+    throw new Error(`iperf3 printed no JSON: ${text.trim().slice(0, 300) || '(nothing)'}`);
+  }
+  if (json.error) throw new Error(`iperf3: ${json.error}`);
+  // iperf3 3.12 and later: sum_sent and sum_received; older versions only `sum` (receiver's view).
+  const received = json.end?.sum_received ?? json.end?.sum;
+  const sent = json.end?.sum_sent ?? json.end?.sum;
+  if (!received || typeof received.packets !== 'number' || typeof received.lost_packets !== 'number') throw new Error('iperf3 JSON has no UDP end summary');
+  const packets = received.packets;
+  const lostPackets = Math.max(0, Math.min(packets, received.lost_packets));
+  const seconds = received.seconds ?? sent?.seconds ?? Number.NaN;
+  const gapLoss = packets > 0 ? lostPackets / packets : 1;
+  const sentBytes = json.end?.sum_sent?.bytes;
+  const receivedBytes = json.end?.sum_received?.bytes;
+  const byteLoss = typeof sentBytes === 'number' && typeof receivedBytes === 'number' && sentBytes > 0 ? Math.max(0, 1 - receivedBytes / sentBytes) : 0;
+  return {
+    targetBps,
+    sentBps: sent?.bits_per_second ?? Number.NaN,
+    receivedBps: received.bits_per_second ?? Number.NaN,
+    packets,
+    lostPackets,
+    lossFraction: Math.max(gapLoss, byteLoss),
+    receivedPps: seconds > 0 ? (packets - lostPackets) / seconds : Number.NaN,
+    seconds,
+  };
+}
+
+export interface UdpOptions {
+  seconds: number;
+  bitsPerSecond: number;
+  /** UDP payload bytes per datagram (`-l`). */
+  payloadBytes: number;
+}
+
+/**
+ * One iperf3 UDP test from `ns` to the server at `target` at a fixed rate. An iperf3 failure
+ * (e.g. its control connection lost in an overloaded tunnel) is returned as a probe with `error`
+ * and total loss, not thrown; a tunnel process that exits is thrown.
+ */
+export async function iperfUdp(scope: Scope, ns: Namespace, target: string, options: UdpOptions, watch: readonly NsProcess[] = []): Promise<UdpProbe> {
+  const args = [
+    '--client', target, '--port', String(IPERF_PORT), '--json', '--udp',
+    '--bitrate', String(Math.round(options.bitsPerSecond)), '--length', String(options.payloadBytes),
+    '--time', String(options.seconds), '--connect-timeout', '3000',
+  ];
+  let text: string;
+  try {
+    text = await runIperfClient(scope, ns, args, (options.seconds + 20) * 1000, watch);
+  } catch (err) {
+    if (watch.some((p) => !p.running)) throw err;
+    return failedProbe(options, (err as Error).message);
+  }
+  try {
+    return parseIperfUdpJson(text, options.bitsPerSecond);
+  } catch (err) {
+    return failedProbe(options, (err as Error).message);
+  }
+}
+
+function failedProbe(options: UdpOptions, error: string): UdpProbe {
+  return {
+    targetBps: options.bitsPerSecond, sentBps: 0, receivedBps: 0, packets: 0, lostPackets: 0, lossFraction: 1,
+    receivedPps: 0, seconds: options.seconds, error: error.split('\n')[0],
+  };
 }
 
 export interface PingResult {

@@ -1,13 +1,13 @@
 /**
- * `roamguard bench`: the throughput and latency suite (bench/suite/). Builds its own network
- * namespaces and removes them afterwards; needs root.
+ * `roamguard bench`: the throughput, latency, microbenchmark and scale suite (bench/suite/).
+ * Builds its own network namespaces and removes them afterwards; needs root.
  */
 import { relative } from 'node:path';
 import type { Command } from '../roamguard.ts';
 import { USAGE, parseBenchArgs, type BenchOptions } from '../../bench/suite/options.ts';
 
 export const bench: Command = {
-  summary: 'benchmark roamguard (Node, Bun) against wireguard-go and the raw link in network namespaces (root)',
+  summary: 'benchmark roamguard (Node, Bun) against wireguard-go and the raw link in network namespaces, plus microbenchmarks and a 1 000-peer scale run (root)',
   usage: USAGE,
   async run(args) {
     let opts: BenchOptions;
@@ -34,6 +34,7 @@ export const bench: Command = {
     }
     const { runBench } = await import('../../bench/suite/runner.ts');
     const { renderMarkdown, saveResults } = await import('../../bench/suite/report.ts');
+    const { renderBarChartSvg, throughputChart } = await import('../../bench/suite/chart.ts');
 
     // Said before the namespace helpers' own handlers run their last-resort cleanup and re-raise.
     for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
@@ -45,12 +46,17 @@ export const bench: Command = {
     const markdown = renderMarkdown(results);
     process.stdout.write(`\n${markdown}`);
     if (opts.outDir) {
-      const paths = saveResults(results, markdown, opts.outDir);
-      process.stderr.write(`\nsaved ${relative(process.cwd(), paths.json) || paths.json} and ${relative(process.cwd(), paths.markdown) || paths.markdown}\n`);
+      const paths = saveResults(results, markdown, opts.outDir, renderBarChartSvg(throughputChart(results)));
+      const shown = (p: string) => relative(process.cwd(), p) || p;
+      process.stderr.write(`\nsaved ${shown(paths.json)}, ${shown(paths.markdown)} and ${shown(paths.svg!)}\n`);
     }
-    const failed = results.subjects.filter((s) => s.status === 'failed');
+    const failed = [
+      ...results.subjects.filter((s) => s.status === 'failed').map((s) => s.id),
+      ...(results.micro?.failures ?? []).map((f) => `microbenchmarks (${f.runtime})`),
+      ...(results.scaleError ? ['scale run'] : []),
+    ];
     if (failed.length > 0) {
-      process.stderr.write(`roamguard bench: ${failed.length} subject(s) failed: ${failed.map((s) => s.id).join(', ')}\n`);
+      process.stderr.write(`roamguard bench: ${failed.length} part(s) failed: ${failed.join(', ')}\n`);
       return 1;
     }
     return 0;
