@@ -10,7 +10,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AgentCluster, OUTSIDE, type ClusterNode, type Pod } from './agent-cluster.ts';
 import { Scope, waitFor, type Namespace, type NsProcess } from './netns.ts';
-import { assertPing, commandLine, socketOwnerPids, startContinuousPing, requireDaemonPrerequisites } from './userspace-wg.ts';
+import { assertPing, commandLine, ROAMGUARD_BIN, socketOwnerPids, startContinuousPing, requireDaemonPrerequisites } from './userspace-wg.ts';
 
 const scope = new Scope();
 let cluster: AgentCluster;
@@ -193,12 +193,12 @@ describe('agent end to end (three nodes)', { timeout: 600_000 }, () => {
     await waitFor(() => cluster.conflist(node).includes('10.250.3.0/24'), 15_000, { description: 'the CNI config rewritten' });
     const key = cluster.publicKeyOf(node)!;
     await waitFor(async () => (await cluster.wgPeers(cluster.node(1))).get(key)?.allowedIps.includes(added), 15_000, { description: 'node-1 routes the new CIDR to node-3' });
-    const routes = (await cluster.node(1).ns.ip(['route', 'show', added])).stdout;
-    assert.match(routes, new RegExp(`dev ${cluster.node(1).ifname}`));
+    await waitFor(async () => (await cluster.node(1).ns.ip(['route', 'show', added])).stdout.includes(`dev ${cluster.node(1).ifname}`), 10_000, { description: 'node-1 routes the new CIDR into the tunnel' });
     // Back to the original: the prefix leaves the peer again (a set difference, not a peer replace).
     writeFileSync(file, `${node.podCidrs[0]}\n`);
     await waitFor(async () => !(await cluster.wgPeers(cluster.node(1))).get(key)?.allowedIps.includes(added), 15_000, { description: 'the CIDR removed again' });
-    assert.equal((await cluster.node(1).ns.ip(['route', 'show', added])).stdout.trim(), '');
+    // Routes follow the peer change in the same pass, just after it.
+    await waitFor(async () => (await cluster.node(1).ns.ip(['route', 'show', added])).stdout.trim() === '', 10_000, { description: 'the route removed' });
     await restartAgent(node);
   });
 
@@ -225,17 +225,19 @@ describe('agent end to end (three nodes)', { timeout: 600_000 }, () => {
   });
 
   test('native routing for IPv6: IPv6 pod traffic follows the host routes, IPv4 stays in the tunnel', async () => {
-    // The operator's routes for IPv6 pod CIDRs (as a cloud router would provide).
-    for (const node of cluster.nodes) {
-      for (const other of cluster.nodes) if (other !== node) await node.ns.ip(['-6', 'route', 'replace', other.podCidrs[1], 'via', other.ipv6]);
-    }
     for (const node of cluster.nodes) await restartAgent(node, { NATIVE_ROUTING_IPV6: '1' });
     for (const node of cluster.nodes) {
       await waitFor(async () => [...(await cluster.wgPeers(node)).values()].every((p) => !p.allowedIps.some((a) => a.startsWith('fd00:244:'))), 15_000, { description: `${node.name}: IPv6 pod CIDRs out of the tunnel` });
-      const v6routes = (await node.ns.ip(['-6', 'route', 'show', 'dev', node.ifname])).stdout;
-      for (const other of cluster.nodes) {
-        if (other !== node) assert.ok(!v6routes.includes(other.podCidrs[1]), `no route for ${other.name}'s IPv6 pod CIDR into the tunnel:\n${v6routes}`);
-      }
+      const others = cluster.nodes.filter((o) => o !== node).map((o) => o.podCidrs[1]);
+      await waitFor(async () => {
+        const v6routes = (await node.ns.ip(['-6', 'route', 'show', 'dev', node.ifname])).stdout;
+        return others.every((cidr) => !v6routes.includes(cidr));
+      }, 10_000, { description: `${node.name}: no route for another node's IPv6 pod CIDR into the tunnel` });
+    }
+    // The operator's routes for IPv6 pod CIDRs (as a cloud router would provide), added once no
+    // agent routes that family into the tunnel any more (`replace` would swap ours otherwise).
+    for (const node of cluster.nodes) {
+      for (const other of cluster.nodes) if (other !== node) await node.ns.ip(['-6', 'route', 'replace', other.podCidrs[1], 'via', other.ipv6]);
     }
     const a = pods.get(1)!, b = pods.get(2)!;
     await assertPing(a.ns, b.ipv6, { count: 3, deadlineS: 10 }, 'IPv6 pod to pod, natively routed');
@@ -250,8 +252,39 @@ describe('agent end to end (three nodes)', { timeout: 600_000 }, () => {
     cluster.api.deleteNode(gone.name);
     for (const node of [cluster.node(1), cluster.node(2)]) {
       await waitFor(async () => !(await cluster.wgPeers(node)).has(key), 15_000, { description: `${node.name} drops the deleted node's peer` });
-      assert.equal((await node.ns.ip(['route', 'show', gone.podCidrs[0]])).stdout.trim(), '', 'its route is gone');
+      await waitFor(async () => (await node.ns.ip(['route', 'show', gone.podCidrs[0]])).stdout.trim() === '', 10_000, { description: 'its route removed' });
     }
     await assertPing(pods.get(1)!.ns, pods.get(2)!.ipv4, { count: 2, deadlineS: 10 }, 'node-1 pod → node-2 pod after the deletion');
+  });
+
+  test('API server unreachable: the mesh keeps working (fail static), and the agents catch up once it is back', async () => {
+    const trace = startContinuousPing(scope, pods.get(1)!.ns, pods.get(2)!.ipv4, { durationS: 8, intervalS: 0.1 });
+    cluster.api.setUnavailable(true);
+    await new Promise((r) => setTimeout(r, 6000));
+    cluster.api.setUnavailable(false);
+    const result = await trace;
+    assert.ok(result.transmitted - result.replies.length <= 1, `lost ${result.transmitted - result.replies.length} pings while the API server was down`);
+    // A node that joins after the outage is meshed by the agents' restarted watches.
+    const ghostKey = Buffer.alloc(32, 7).toString('base64');
+    cluster.api.createNode({
+      metadata: { name: 'late-node', annotations: { 'roamguard.io/public-key': ghostKey, 'roamguard.io/pod-cidrs': '["10.244.9.0/24"]' } },
+      status: { addresses: [{ type: 'InternalIP', address: '10.77.0.9' }] },
+    });
+    await waitFor(async () => (await cluster.wgPeers(cluster.node(1))).get(ghostKey)?.allowedIps.includes('10.244.9.0/24'), 60_000, { description: 'node-1 meshing the late node' });
+    cluster.api.deleteNode('late-node');
+    await waitFor(async () => !(await cluster.wgPeers(cluster.node(1))).has(ghostKey), 15_000, { description: 'the late node removed again' });
+    assert.match(cluster.node(1).agent!.stderr, /WARN|ERROR/, 'the outage was logged');
+  });
+
+  test('roamguard agent --cleanup removes the table, routes, CNI config and tunnel it created', async () => {
+    const node = cluster.node(2);
+    await cluster.stopAgent(node);
+    assert.match(await nftRuleset(node), /table inet roamguard/);
+    const result = await node.ns.exec(ROAMGUARD_BIN, ['agent', '--cleanup'], { env: { ...process.env, ...node.env } });
+    assert.match(result.stderr, /removed/);
+    assert.notEqual((await node.ns.exec('nft', ['list', 'table', 'inet', 'roamguard'], { allowFailure: true })).code, 0, 'table gone');
+    assert.throws(() => readFileSync(node.env.CNI_CONFIG_PATH), /ENOENT/, 'CNI config gone');
+    await waitFor(async () => (await node.ns.ip(['link', 'show', node.ifname], { allowFailure: true })).code !== 0, 10_000, { description: 'the tunnel interface gone' });
+    assert.equal((await node.ns.ip(['route', 'show', 'proto', '147'])).stdout.trim(), '', 'no routes of ours left');
   });
 });
