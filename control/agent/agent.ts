@@ -18,9 +18,10 @@ import { keyToBase64, shortKey } from '../../dataplane/noise/keys.ts';
 import type { Settings } from '../config/settings.ts';
 import { loadOrCreatePrivateKey } from '../identity/private-key.ts';
 import type { AgentLogger } from '../log.ts';
-import { formatOwnAnnotations, type NodeObject } from '../mesh/annotations.ts';
+import { ANNOTATION, formatDiscoveredEndpoints, formatOwnAnnotations, type NodeObject } from '../mesh/annotations.ts';
 import { desiredMesh, sortAddresses, type MeshState } from '../mesh/desired-peers.ts';
-import { newReconcileMemory, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
+import { newReconcileMemory, planReconcile, RECENT_HANDSHAKE_MS, type ReconcileMemory } from '../mesh/reconcile.ts';
+import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
 import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import { renderConflist, writeConflistAtomically } from '../host/cni-config.ts';
 import { applyRuleset, removeTable, renderRuleset } from '../host/nftables.ts';
@@ -55,6 +56,12 @@ interface LocalView {
 
 export type AgentState = 'starting' | 'running' | 'stopped';
 
+/**
+ * How often the agent reads its data plane between Node events: endpoints learned by roaming
+ * (a NAT mapping that changed) reach the `discovered-endpoints` annotation this fast.
+ */
+export const DISCOVERY_INTERVAL_MS = 5000;
+
 export class Agent {
   state: AgentState = 'starting';
   /** Set once the informer synced and the tunnel is configured (readiness). */
@@ -76,6 +83,8 @@ export class Agent {
   private fileWatch: PodCidrFileWatch | undefined;
   private local: LocalView = { podCidrs: [], addresses: [], interfaceAddresses: [] };
   private published = '';
+  private publishedDiscovered: string | undefined;
+  private discoveryTimer: NodeJS.Timeout | undefined;
   private writtenConflist = '';
   private appliedRuleset = '';
   private appliedRoutes = '';
@@ -118,6 +127,7 @@ export class Agent {
     await this.watcher.start();
     this.state = 'running';
     this.resyncTimer = setInterval(() => this.schedule(true), s.resyncInterval * 1000);
+    if (!s.firewallOnly) this.discoveryTimer = setInterval(() => this.schedule(false), DISCOVERY_INTERVAL_MS);
     this.schedule(true);
   }
 
@@ -125,6 +135,7 @@ export class Agent {
     this.state = 'stopped';
     clearTimeout(this.timer);
     clearInterval(this.resyncTimer);
+    clearInterval(this.discoveryTimer);
     this.fileWatch?.close();
     await this.watcher?.stop();
     await this.running;
@@ -209,6 +220,28 @@ export class Agent {
     this.log.info('published this node\'s annotations', { node: s.nodeName, key: this.publicKey ? this.publicKey.slice(0, 8) : undefined, podCidrs: this.local.podCidrs });
   }
 
+  /**
+   * Publishes where the data plane sees peers that are not at any of their own addresses (they
+   * are behind NAT), so nodes that cannot observe them can use the mapping (Kilo's approach).
+   * Only peers with a recent handshake count: an endpoint is only known to work if it did.
+   */
+  private async publishDiscovered(mesh: MeshState, device: DeviceSnapshot): Promise<void> {
+    const observed = new Map<string, string>();
+    const now = Date.now();
+    for (const peer of device.peers) {
+      const key = keyToBase64(peer.publicKey);
+      const want = mesh.peers.get(key);
+      if (!want || !peer.endpoint || peer.lastHandshakeWallMs <= 0 || now - peer.lastHandshakeWallMs >= RECENT_HANDSHAKE_MS) continue;
+      if ((want.addresses ?? []).includes(peer.endpoint.host)) continue;
+      observed.set(key, peer.endpoint.toString());
+    }
+    const text = formatDiscoveredEndpoints(observed);
+    if (text === this.publishedDiscovered) return;
+    await patchNodeAnnotations(this.kc, this.settings.nodeName, { [ANNOTATION.discoveredEndpoints]: observed.size > 0 ? text : null });
+    this.publishedDiscovered = text;
+    this.log.debug('published discovered endpoints', { peers: observed.size });
+  }
+
   /** Queues a reconcile pass; `full` also re-reads local facts and re-applies host state. */
   private schedule(full: boolean): void {
     if (this.state === 'stopped') return;
@@ -279,14 +312,16 @@ export class Agent {
         // The data plane restarted under us: give it its identity back before any peer.
         await this.setUpTunnel();
       }
-      const plan = planReconcile(mesh.peers, await this.uapi!.get(), this.memory, {
+      const snapshot = await this.uapi!.get();
+      const plan = planReconcile(mesh.peers, snapshot, this.memory, {
         collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(),
       });
       if (plan.request) await this.uapi!.set(plan.request);
+      await this.publishDiscovered(mesh, snapshot);
       for (const action of plan.actions) {
         if (action.kind === 'remove') this.log.info('removed a peer whose key no Node carries', { key: action.publicKey.slice(0, 8) });
         else this.log.info(action.kind === 'add' ? 'added a peer' : 'updated a peer', {
-          node: action.peer.nodeName, key: action.peer.publicKey.slice(0, 8), endpoint: action.peer.endpoint,
+          node: action.peer.nodeName, key: action.peer.publicKey.slice(0, 8), endpoint: action.peer.endpoint, endpointSource: action.peer.endpointSource,
           ...(action.kind === 'update' ? { added: action.added, removed: action.removed, endpointSet: action.endpoint !== undefined } : { allowedIps: action.peer.allowedIps }),
         });
       }

@@ -9,6 +9,9 @@
  * | `roamguard.io/node-ips`        | JSON array of addresses found on NODE_IP_INTERFACES          |
  * | `roamguard.io/force-endpoint`  | set by an operator: `ip:port` other nodes must use (a port   |
  * |                                | forward on a NAT router); overrides the computed endpoint     |
+ * | `roamguard.io/discovered-endpoints` | JSON object: public key → `ip:port` this node's data    |
+ * |                                | plane sees that peer at, when that is none of the peer's own  |
+ * |                                | addresses (the peer is behind NAT; others may use it)         |
  *
  * Everything read here comes from objects anyone with patch rights on Nodes can write, so each
  * value is checked and bounded; a bad value rejects that one node (with a reason) and never
@@ -24,11 +27,15 @@ export const ANNOTATION = {
   podCidrs: 'roamguard.io/pod-cidrs',
   nodeIps: 'roamguard.io/node-ips',
   forceEndpoint: 'roamguard.io/force-endpoint',
+  discoveredEndpoints: 'roamguard.io/discovered-endpoints',
 } as const;
 
 /** Bounds on what one Node may claim: enough for any real node, small enough to be harmless. */
 export const LIMITS = {
   valueLength: 8192,
+  /** discovered-endpoints lists one entry per NAT'd peer: room for about a thousand. */
+  discoveredLength: 96 * 1024,
+  discoveredEntries: 1024,
   podCidrs: 16,
   nodeIps: 32,
   /** Shorter prefixes would let one node claim most of an address family. */
@@ -107,6 +114,7 @@ export function parseNodeAnnotations(node: NodeObject): AnnotationResult {
   if (key === undefined || key === '') return { ok: false, missing: true, reason: `no ${ANNOTATION.publicKey} annotation` };
   try {
     for (const name of Object.values(ANNOTATION)) {
+      if (name === ANNOTATION.discoveredEndpoints) continue; // advisory: read on its own, never rejects the node
       const v = annotations[name];
       if (v !== undefined && v.length > LIMITS.valueLength) throw new Error(`${name} is ${v.length} characters long (at most ${LIMITS.valueLength})`);
     }
@@ -143,6 +151,36 @@ export function parseNodeAnnotations(node: NodeObject): AnnotationResult {
   } catch (err) {
     return { ok: false, missing: false, reason: (err as Error).message };
   }
+}
+
+/**
+ * Reads a node's `discovered-endpoints`: base64 key → canonical `ip:port`. Advisory data, so a
+ * bad entry (or a bad annotation) is dropped, not an error; the count and size are bounded.
+ */
+export function parseDiscoveredEndpoints(node: NodeObject): Map<string, string> {
+  const out = new Map<string, string>();
+  const text = node.metadata?.annotations?.[ANNOTATION.discoveredEndpoints];
+  if (text === undefined || text.length > LIMITS.discoveredLength) return out;
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return out;
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return out;
+  for (const [key, endpoint] of Object.entries(value as Record<string, unknown>)) {
+    if (out.size >= LIMITS.discoveredEntries) break;
+    if (typeof endpoint !== 'string' || !/^[A-Za-z0-9+/]{43}=$/.test(key)) continue;
+    try {
+      out.set(key, Endpoint.parse(endpoint).toString());
+    } catch { /* not an endpoint: ignored */ }
+  }
+  return out;
+}
+
+/** The annotation text for what this node's data plane observed (stable: sorted by key). */
+export function formatDiscoveredEndpoints(observed: ReadonlyMap<string, string>): string {
+  return JSON.stringify(Object.fromEntries([...observed].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))));
 }
 
 /** The annotations this node publishes (a merge patch of exactly these keys). */

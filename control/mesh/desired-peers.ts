@@ -10,10 +10,15 @@
  *   keeps working.
  * - A node address claimed by several nodes (nodes behind one NAT publishing the same public IP)
  *   is an ambiguous identity, so it goes into nobody's AllowedIPs; it can still be an endpoint.
+ *
+ * Endpoints behind NAT (see `chooseEndpoint`): every node publishes where its data plane sees its
+ * peers (`discovered-endpoints`). A node seen at an address that is none of its own is behind NAT,
+ * and that address is its public one. Peers use the observed `ip:port` to reach it — except peers
+ * behind the same public address, which use its LAN address, since many routers cannot hairpin.
  */
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { parseIp, parsePrefix, type Prefix } from '../../dataplane/net/ip.ts';
-import { ANNOTATION, canonicalIp, parseNodeAnnotations, type NodeObject } from './annotations.ts';
+import { ANNOTATION, canonicalIp, parseDiscoveredEndpoints, parseNodeAnnotations, type NodeObject } from './annotations.ts';
 import type { IpFamilyChoice, PerFamily } from '../config/settings.ts';
 
 export interface DesiredPeer {
@@ -22,10 +27,18 @@ export interface DesiredPeer {
   publicKeyBytes: Uint8Array;
   /** The endpoint to start from (`ip:port`); undefined when the node publishes no usable address. */
   endpoint?: string;
+  /** Where `endpoint` came from (for logs and status). */
+  endpointSource?: EndpointSource;
+  /** The node's own addresses (Node status + node-ips annotation), canonical order. */
+  addresses?: string[];
+  /** The node's public address when it is behind NAT (seen by others at an address not its own). */
+  natPublicAddress?: string;
   /** Canonical, sorted, unique. */
   allowedIps: string[];
   persistentKeepalive: number;
 }
+
+export type EndpointSource = 'forced' | 'discovered' | 'lan' | 'published';
 
 export interface Rejection { node: string; reason: string }
 
@@ -40,6 +53,8 @@ export interface MeshState {
   clusterPodCidrs: string[];
   /** Remote pod CIDRs routed into the tunnel (families without native routing). */
   tunnelRoutes: string[];
+  /** This node's public address when others see it behind NAT. */
+  selfNatPublicAddress?: string;
 }
 
 export interface SelfView {
@@ -131,7 +146,10 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
   const cidrClaims: Array<{ prefix: Prefix; node: string }> = self.podCidrs.map((c) => ({ prefix: parsePrefix(c), node: self.nodeName }));
   const ownAddresses = new Set(self.addresses.map((a) => canonicalIp(a, 'own address')));
 
-  interface Accepted { name: string; publicKey: string; publicKeyBytes: Uint8Array; podCidrs: string[]; addresses: string[]; endpoint?: string }
+  interface Accepted {
+    name: string; publicKey: string; publicKeyBytes: Uint8Array; podCidrs: string[]; addresses: string[];
+    published?: string; forced?: string; discovered: Map<string, string>;
+  }
   const accepted: Accepted[] = [];
   for (const node of ordered) {
     const name = node.metadata!.name!;
@@ -161,13 +179,24 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
     keyOwner.set(a.publicKey, name);
     prefixes.forEach((prefix) => cidrClaims.push({ prefix, node: name }));
     const addresses = nodeAddresses(node, a.nodeIps);
-    let endpoint = a.forceEndpoint;
-    if (endpoint === undefined) {
-      const host = selectEndpointHost(addresses, options.wgIpFamily);
-      if (host !== undefined) endpoint = new Endpoint(host, a.listenPort ?? options.defaultListenPort).toString();
-    }
-    accepted.push({ name, publicKey: a.publicKey, publicKeyBytes: a.publicKeyBytes, podCidrs: a.podCidrs, addresses, endpoint });
+    let published: string | undefined;
+    const host = selectEndpointHost(addresses, options.wgIpFamily);
+    if (host !== undefined) published = new Endpoint(host, a.listenPort ?? options.defaultListenPort).toString();
+    accepted.push({ name, publicKey: a.publicKey, publicKeyBytes: a.publicKeyBytes, podCidrs: a.podCidrs, addresses, published, forced: a.forceEndpoint, discovered: parseDiscoveredEndpoints(node) });
   }
+
+  // What every node sees every other node at: key → observations (observer name, endpoint).
+  const observations = new Map<string, Array<{ observer: string; endpoint: string }>>();
+  for (const observer of accepted) {
+    for (const [key, endpoint] of observer.discovered) {
+      if (key === observer.publicKey) continue; // nobody vouches for itself
+      let list = observations.get(key);
+      if (!list) observations.set(key, list = []);
+      list.push({ observer: observer.name, endpoint });
+    }
+  }
+  const natView = (key: string, ownAddresses: readonly string[]) => natObservation(observations.get(key) ?? [], ownAddresses);
+  const selfNat = natView(self.publicKey, [...ownAddresses]);
 
   // Addresses published by more than one node identify none of them.
   const addressCount = new Map<string, number>();
@@ -182,11 +211,16 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
     const hostRoutes = node.addresses
       .filter((ip) => addressCount.get(ip) === 1 && !ownAddresses.has(ip))
       .map((ip) => `${ip}/${parseIp(ip).length * 8}`);
+    const nat = natView(node.publicKey, node.addresses);
+    const { endpoint, source } = chooseEndpoint({ forced: node.forced, published: node.published, nat, selfNat });
     peers.set(node.publicKey, {
       nodeName: node.name,
       publicKey: node.publicKey,
       publicKeyBytes: node.publicKeyBytes,
-      endpoint: node.endpoint,
+      endpoint,
+      endpointSource: source,
+      addresses: node.addresses,
+      natPublicAddress: nat?.address,
       allowedIps: sortAddresses([...podCidrs, ...hostRoutes]),
       persistentKeepalive: options.persistentKeepalive,
     });
@@ -197,5 +231,49 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
     waiting,
     clusterPodCidrs: sortAddresses([...self.podCidrs, ...accepted.flatMap((n) => n.podCidrs)]),
     tunnelRoutes: sortAddresses(tunnelRoutes),
+    selfNatPublicAddress: selfNat?.address,
   };
+}
+
+/** A node seen behind NAT: its public address and the endpoint others see it at. */
+export interface NatObservation { address: string; endpoint: string }
+
+/**
+ * From what other nodes see a node at, whether it is behind NAT: observations at one of its own
+ * addresses say nothing (a LAN neighbour sees the LAN address); any other address is its NAT's.
+ * Several observers may disagree (a symmetric NAT maps each destination differently): the
+ * endpoint most of them see wins, ties broken by observer name, so every node picks the same.
+ */
+export function natObservation(observations: ReadonlyArray<{ observer: string; endpoint: string }>, ownAddresses: readonly string[]): NatObservation | undefined {
+  const own = new Set(ownAddresses);
+  const votes = new Map<string, { count: number; first: string }>();
+  for (const { observer, endpoint } of observations) {
+    const host = Endpoint.parse(endpoint).host;
+    if (own.has(host)) continue;
+    const v = votes.get(endpoint);
+    if (!v) votes.set(endpoint, { count: 1, first: observer });
+    else {
+      v.count++;
+      if (observer < v.first) v.first = observer;
+    }
+  }
+  let best: [string, { count: number; first: string }] | undefined;
+  for (const entry of votes) {
+    if (!best || entry[1].count > best[1].count || (entry[1].count === best[1].count && entry[1].first < best[1].first)) best = entry;
+  }
+  return best ? { address: Endpoint.parse(best[0]).host, endpoint: best[0] } : undefined;
+}
+
+/**
+ * The endpoint to reach a peer at: an operator's force-endpoint; else, for a peer behind NAT, its
+ * LAN address when we sit behind the same public address (no hairpin needed) or the endpoint
+ * others observe; else the address it publishes.
+ */
+export function chooseEndpoint(input: { forced?: string; published?: string; nat?: NatObservation; selfNat?: NatObservation }): { endpoint?: string; source?: EndpointSource } {
+  if (input.forced !== undefined) return { endpoint: input.forced, source: 'forced' };
+  if (input.nat) {
+    if (input.selfNat && input.selfNat.address === input.nat.address && input.published !== undefined) return { endpoint: input.published, source: 'lan' };
+    return { endpoint: input.nat.endpoint, source: 'discovered' };
+  }
+  return input.published === undefined ? {} : { endpoint: input.published, source: 'published' };
 }

@@ -91,13 +91,19 @@ export function planReconcile(
     const written = memory.writtenEndpoint.get(key);
     const remembered = memory.writtenEndpoint.has(key);
     let endpoint: string | undefined;
-    if (want.endpoint !== undefined && !(current.endpoint && Endpoint.parse(want.endpoint).equals(current.endpoint))) {
-      const recent = current.lastHandshakeWallMs > 0 && options.nowWallMs - current.lastHandshakeWallMs < RECENT_HANDSHAKE_MS;
-      if (!current.endpoint) endpoint = want.endpoint;
-      else if (remembered && written !== want.endpoint) endpoint = want.endpoint;
-      else if (!remembered && !recent) endpoint = want.endpoint;
+    if (want.endpoint !== undefined) {
+      if (current.endpoint && Endpoint.parse(want.endpoint).equals(current.endpoint)) {
+        // Already there (written by us, or reached by roaming): remember it as the baseline, so
+        // a later roam away from it is not mistaken for a changed annotation.
+        memory.writtenEndpoint.set(key, want.endpoint);
+      } else {
+        const recent = current.lastHandshakeWallMs > 0 && options.nowWallMs - current.lastHandshakeWallMs < RECENT_HANDSHAKE_MS;
+        if (!current.endpoint) endpoint = want.endpoint;
+        else if (remembered && written !== want.endpoint) endpoint = want.endpoint;
+        else if (!remembered && !recent) endpoint = want.endpoint;
+        if (endpoint !== undefined || !remembered) memory.writtenEndpoint.set(key, want.endpoint);
+      }
     }
-    if (want.endpoint !== undefined && (endpoint !== undefined || !remembered)) memory.writtenEndpoint.set(key, want.endpoint);
     const keepalive = current.persistentKeepalive !== want.persistentKeepalive ? want.persistentKeepalive : undefined;
 
     if (added.length === 0 && removed.length === 0 && endpoint === undefined && keepalive === undefined) continue;

@@ -297,6 +297,22 @@ describe('mesh: reconcile against the data plane', () => {
     assert.equal(device.peer(key)!.endpoint!.toString(), '10.0.0.3:51820', 'only a changed annotation replaces it');
   });
 
+  test('an endpoint first reached by roaming is the baseline: a later roam away from it is kept too', () => {
+    const device = new FakeDevice();
+    const memory = newReconcileMemory();
+    const key = newKey();
+    // Published first at a LAN address nobody can reach; then other nodes' observations say where it is.
+    reconcile(device, [node({ name: 'a', key, internalIp: '192.168.1.11' })], memory);
+    const peer = device.peer(key)!;
+    peer.endpoint = Endpoint.parse('203.0.113.10:51821'); // roamed there (the peer's NAT mapping)
+    peer.lastHandshakeWallMs = Date.now();
+    const observed = node({ name: 'a', key, internalIp: '192.168.1.11', extra: { [ANNOTATION.forceEndpoint]: '203.0.113.10:51821' } });
+    reconcile(device, [observed], memory); // desired now equals where it is
+    peer.endpoint = Endpoint.parse('203.0.113.10:40001'); // the NAT rebinds; the data plane follows
+    reconcile(device, [observed], memory); // the observation has not caught up yet
+    assert.equal(device.peer(key)!.endpoint!.toString(), '203.0.113.10:40001', 'the fresh roam is not overwritten by the stale observation');
+  });
+
   test('after an agent restart (no memory): a recent handshake keeps the roamed endpoint, a stale one takes the annotation', () => {
     const device = new FakeDevice();
     const key = newKey();
