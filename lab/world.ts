@@ -196,7 +196,8 @@ export class World {
   /** (Re)installs a router's NAT and firewall (the demo's "router restart" reinstalls them). */
   async applyRouterRules(router: Router, options: { portRange?: string } = {}): Promise<void> {
     const wan = router.wan.ifname;
-    const to = options.portRange ? ` to :${options.portRange}` : '';
+    // A port range needs a transport protocol match: UDP (WireGuard) gets it, the rest does not.
+    const udpRange = options.portRange ? `\n    oifname "${wan}" meta l4proto udp masquerade to :${options.portRange}` : '';
     const rules = `table inet router {}
 delete table inet router
 table inet router {
@@ -209,8 +210,8 @@ table inet router {
     iifname "${wan}" ct state new drop
   }
   chain postrouting {
-    type nat hook postrouting priority srcnat; policy accept;
-    oifname "${wan}" masquerade${to}
+    type nat hook postrouting priority srcnat; policy accept;${udpRange}
+    oifname "${wan}" masquerade
   }
 }
 `;

@@ -1,0 +1,183 @@
+/**
+ * Many nodes behind one public IP, in namespaces with real nftables NAT:
+ *
+ *   internet 203.0.113.0/24   c1 (.1) and c2 (.2): cloud nodes with public addresses
+ *   office router (.10)       masquerade for 192.168.1.0/24: o1 (.11), o2 (.12), later o3 (.13)
+ *   home router (.20)         masquerade for 192.168.2.0/24: h1 (.11)
+ *
+ * Nodes behind one NAT use distinct listen ports, so the router can keep each node's source port
+ * for every destination (what makes NAT-to-NAT paths between the two sites punch through).
+ * Persistent keepalive is 5 s here (25 s by default) to keep the suite short.
+ * The tests run in order on one world; each leaves it working for the next.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { World, type Pod, type WorldNode } from '../../lab/world.ts';
+import { Scope, waitFor } from './netns.ts';
+import { iperf3, longestGap, ping, requireDaemonPrerequisites, startContinuousPing } from './userspace-wg.ts';
+
+const KEEPALIVE_S = 5;
+const scope = new Scope();
+let world: World;
+const pods = new Map<string, Pod>();
+
+const INTERNET = { name: 'internet', ipv4: '203.0.113.0/24', ipv6: '2001:db8:1::/64' };
+const OFFICE = { name: 'office', ipv4: '192.168.1.0/24', ipv6: 'fd10:1::/64' };
+const HOME = { name: 'home', ipv4: '192.168.2.0/24', ipv6: 'fd10:2::/64' };
+const OFFICE_PUBLIC = '203.0.113.10';
+const HOME_PUBLIC = '203.0.113.20';
+
+before(async () => {
+  await requireDaemonPrerequisites(['roamguard-node'], ['nft', 'conntrack']);
+  world = await World.create(scope, { backbone: INTERNET, agentEnv: { WG_PERSISTENT_KEEPALIVE: String(KEEPALIVE_S) } });
+  await world.addRouter('office', { segment: 'internet', index: 10 }, OFFICE);
+  await world.addRouter('home', { segment: 'internet', index: 20 }, HOME);
+  await world.addNode('c1', 'internet', 1, { listenPort: 51820 });
+  await world.addNode('c2', 'internet', 2, { listenPort: 51820 });
+  await world.addNode('o1', 'office', 11, { listenPort: 51821 });
+  await world.addNode('o2', 'office', 12, { listenPort: 51822 });
+  await world.addNode('h1', 'home', 11, { listenPort: 51824 });
+});
+after(async () => { await scope.cleanup(); });
+
+const key = (node: WorldNode) => world.publicKeyOf(node)!;
+
+/** Waits until `node` has a handshake with every other node in the world. */
+async function waitMeshed(node: WorldNode, timeoutMs = 60_000): Promise<void> {
+  await waitFor(async () => {
+    const peers = await world.wgPeers(node);
+    return world.nodes.filter((o) => o !== node).every((o) => (peers.get(key(o))?.latestHandshake ?? 0) > 0);
+  }, timeoutMs, { description: `${node.name} to complete handshakes with every other node` });
+}
+
+/** Every pod pings every other pod over both families; returns the failures. */
+async function reachabilityFailures(): Promise<string[]> {
+  const list = [...pods.values()].filter((p) => world.nodes.includes(p.node));
+  const failures: string[] = [];
+  await Promise.all(list.map(async (a) => {
+    for (const b of list) {
+      if (a === b) continue;
+      for (const address of [b.ipv4, b.ipv6]) {
+        const result = await ping(a.ns, address, { count: 1, deadlineS: 8 }).catch(() => undefined);
+        if (!result || result.received < 1) failures.push(`${a.node.name} → ${b.node.name} ${address}`);
+      }
+    }
+  }));
+  return failures;
+}
+
+async function assertAllReach(what: string, timeoutMs = 60_000): Promise<void> {
+  let failures: string[] = [];
+  await waitFor(async () => (failures = await reachabilityFailures()).length === 0, timeoutMs, { description: `${what}: every pod reaching every pod`, intervalMs: 1000 })
+    .catch(() => assert.fail(`${what}: unreachable pairs:\n  ${failures.join('\n  ')}`));
+}
+
+describe('NAT scenarios', { timeout: 900_000 }, () => {
+  test('the mesh forms: cloud nodes see NAT mappings, office nodes use each other\'s LAN address', async () => {
+    await Promise.all(world.nodes.map((node) => world.startAgent(node)));
+    for (const node of world.nodes) await waitMeshed(node);
+    const [c1, o1, o2, h1] = ['c1', 'o1', 'o2', 'h1'].map((n) => world.node(n));
+    // The routers kept each node's source port, so everyone agrees on the mappings.
+    await waitFor(async () => (await world.wgPeers(c1)).get(key(o1))?.endpoint === `${OFFICE_PUBLIC}:51821`, 20_000, { description: 'c1 sees o1 at the office mapping' });
+    await waitFor(async () => (await world.wgPeers(o1)).get(key(o2))?.endpoint === `${o2.ipv4}:51822`, 30_000, { description: 'o1 reaches o2 at its LAN address' });
+    await waitFor(async () => (await world.wgPeers(h1)).get(key(o1))?.endpoint === `${OFFICE_PUBLIC}:51821`, 30_000, { description: 'h1 reaches o1 at the office mapping' });
+    const discovered = JSON.parse(world.api.getNode('c1')!.metadata.annotations!['roamguard.io/discovered-endpoints'] ?? '{}');
+    assert.equal(discovered[key(h1)], `${HOME_PUBLIC}:51824`, 'c1 publishes what it sees');
+  });
+
+  test('all pods reach all pods, IPv4 and IPv6, across both NAT\'d sites', async () => {
+    for (const node of world.nodes) pods.set(node.name, await world.addPod(node));
+    await assertAllReach('initially');
+  });
+
+  test('nodes behind the same NAT talk directly: nothing between them crosses the router', async () => {
+    const router = world.routers.get('office')!;
+    // Count WireGuard packets between o1 and o2 that reach the router at all (a hairpin attempt
+    // or a routed detour would); bridged LAN traffic never does.
+    await router.ns.exec('nft', ['-f', '-'], { input: `table inet watch {}
+delete table inet watch
+table inet watch {
+  chain prerouting {
+    type filter hook prerouting priority -300; policy accept;
+    udp sport { 51821, 51822 } udp dport { 51821, 51822 } counter
+  }
+}
+` });
+    const result = await ping(pods.get('o1')!.ns, pods.get('o2')!.ipv4, { count: 20, intervalS: 0.05, deadlineS: 10 });
+    assert.equal(result.received, 20);
+    const listing = (await router.ns.exec('nft', ['list', 'table', 'inet', 'watch'])).stdout;
+    assert.match(listing, /counter packets 0 bytes 0/, `the router saw o1↔o2 WireGuard packets:\n${listing}`);
+    await router.ns.exec('nft', ['delete', 'table', 'inet', 'watch']);
+  });
+
+  test('a new node behind the same public IP leaves every existing tunnel working; removing one leaves the rest', async () => {
+    const o1pod = pods.get('o1')!.ns;
+    const toCloud = startContinuousPing(scope, o1pod, pods.get('c1')!.ipv4, { durationS: 25, intervalS: 0.1 });
+    const toNeighbour = startContinuousPing(scope, o1pod, pods.get('o2')!.ipv4, { durationS: 25, intervalS: 0.1 });
+    const fromHome = startContinuousPing(scope, pods.get('h1')!.ns, pods.get('o2')!.ipv4, { durationS: 25, intervalS: 0.1 });
+    await new Promise((r) => setTimeout(r, 1000));
+    const o3 = await world.addNode('o3', 'office', 13, { listenPort: 51823 });
+    await world.startAgent(o3);
+    pods.set('o3', await world.addPod(o3));
+    for (const [name, trace] of [['o1 → c1', toCloud], ['o1 → o2', toNeighbour], ['h1 → o2', fromHome]] as const) {
+      const t = await trace;
+      const lost = t.transmitted - t.replies.length;
+      assert.ok(t.transmitted > 150 && lost <= 1, `${name}: lost ${lost} of ${t.transmitted} while o3 joined behind the same NAT`);
+    }
+    await assertAllReach('after o3 joined');
+
+    const o2 = world.node('o2');
+    const trace = startContinuousPing(scope, o1pod, pods.get('c1')!.ipv4, { durationS: 8, intervalS: 0.1 });
+    await world.stopAgent(o2);
+    world.removeNode(o2);
+    const t = await trace;
+    assert.ok(t.transmitted - t.replies.length <= 1, `o1 → c1 lost ${t.transmitted - t.replies.length} while o2 left`);
+    for (const node of world.nodes) await waitFor(async () => !(await world.wgPeers(node)).has(key(o2)), 20_000, { description: `${node.name} dropping o2` });
+    await assertAllReach('after o2 left');
+  });
+
+  test('NAT rebinding mid-transfer: traffic resumes within keepalive + one handshake, with no reconfiguration', async () => {
+    const router = world.routers.get('office')!;
+    const o1 = world.node('o1'), c1 = world.node('c1');
+    // Cloud → office direction: the cloud side only learns the new mapping from the office side.
+    // A TCP transfer runs across the change; a ping stream times the gap.
+    const transfer = iperf3(scope, pods.get('o1')!.ns, pods.get('c1')!.ns, pods.get('o1')!.ipv4, { seconds: 25 });
+    const trace = startContinuousPing(scope, pods.get('c1')!.ns, pods.get('o1')!.ipv4, { durationS: 30, intervalS: 0.2 });
+    await new Promise((r) => setTimeout(r, 3000));
+    const changedAt = Date.now() / 1000;
+    await world.applyRouterRules(router, { portRange: '40000-40100' });
+    await world.flushRouterState(router);
+    const t = await trace;
+    const resumed = t.replies.find((r) => r.at > changedAt + 0.5);
+    assert.ok(resumed, `no reply after the mapping changed:\n${t.output.slice(-500)}`);
+    const gap = longestGap(t, changedAt, resumed.at);
+    assert.ok(gap <= KEEPALIVE_S + 5 + 2, `traffic resumed after ${gap.toFixed(1)} s (keepalive ${KEEPALIVE_S} s + one handshake)`);
+    assert.ok(t.replies.filter((r) => r.at > resumed.at).length > 20, 'and keeps flowing');
+    const moved = await transfer;
+    const lastSeconds = moved.intervalBytes.slice(-5);
+    assert.ok(lastSeconds.every((b) => b > 0), `the transfer runs again after the change: bytes per second ${moved.intervalBytes.join(' ')}`);
+    const endpoint = (await world.wgPeers(c1)).get(key(o1))?.endpoint ?? '';
+    assert.match(endpoint, /^203\.0\.113\.10:400\d\d$/, 'c1 follows o1 to its new mapping');
+    await assertAllReach('after the rebinding');
+  });
+
+  test('a node that moves (new LAN, new public address) is reachable again after its next handshake', async () => {
+    const h1 = world.node('h1');
+    await world.moveNode(h1, 'office', 14);
+    // Its peers learn the new address from its next authenticated packet (keepalive), and the
+    // office nodes switch to its new LAN address once the cloud nodes report it behind their NAT.
+    await assertAllReach('after h1 moved into the office', 90_000);
+    await waitFor(async () => (await world.wgPeers(world.node('o1'))).get(key(h1))?.endpoint === `${h1.ipv4}:51824`, 30_000, { description: 'o1 reaching h1 over the office LAN' });
+  });
+
+  test('the office router restarts (all NAT state lost): everything recovers without operator action', async () => {
+    const router = world.routers.get('office')!;
+    await router.ns.exec('nft', ['delete', 'table', 'inet', 'router']);
+    await world.flushRouterState(router);
+    await router.ns.ip(['link', 'set', router.wan.ifname, 'down']);
+    await new Promise((r) => setTimeout(r, 2000));
+    await router.ns.ip(['link', 'set', router.wan.ifname, 'up']);
+    await world.applyRouterRules(router);
+    await assertAllReach('after the router restart', 90_000);
+  });
+});
