@@ -12,7 +12,8 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { World, type Pod, type WorldNode } from '../../lab/world.ts';
+import { addNatNode, buildNatWorld, HOME_PUBLIC, LATE_OFFICE_NODE, OFFICE_PUBLIC } from '../../lab/nat-topology.ts';
+import type { Pod, World, WorldNode } from '../../lab/world.ts';
 import { Scope, waitFor } from './netns.ts';
 import { iperf3, longestGap, ping, requireDaemonPrerequisites, startContinuousPing } from './userspace-wg.ts';
 
@@ -21,22 +22,9 @@ const scope = new Scope();
 let world: World;
 const pods = new Map<string, Pod>();
 
-const INTERNET = { name: 'internet', ipv4: '203.0.113.0/24', ipv6: '2001:db8:1::/64' };
-const OFFICE = { name: 'office', ipv4: '192.168.1.0/24', ipv6: 'fd10:1::/64' };
-const HOME = { name: 'home', ipv4: '192.168.2.0/24', ipv6: 'fd10:2::/64' };
-const OFFICE_PUBLIC = '203.0.113.10';
-const HOME_PUBLIC = '203.0.113.20';
-
 before(async () => {
   await requireDaemonPrerequisites(['roamguard-node'], ['nft', 'conntrack']);
-  world = await World.create(scope, { backbone: INTERNET, agentEnv: { WG_PERSISTENT_KEEPALIVE: String(KEEPALIVE_S) } });
-  await world.addRouter('office', { segment: 'internet', index: 10 }, OFFICE);
-  await world.addRouter('home', { segment: 'internet', index: 20 }, HOME);
-  await world.addNode('c1', 'internet', 1, { listenPort: 51820 });
-  await world.addNode('c2', 'internet', 2, { listenPort: 51820 });
-  await world.addNode('o1', 'office', 11, { listenPort: 51821 });
-  await world.addNode('o2', 'office', 12, { listenPort: 51822 });
-  await world.addNode('h1', 'home', 11, { listenPort: 51824 });
+  world = await buildNatWorld(scope, { keepaliveS: KEEPALIVE_S });
 });
 after(async () => { await scope.cleanup(); });
 
@@ -116,7 +104,7 @@ table inet watch {
     const toNeighbour = startContinuousPing(scope, o1pod, pods.get('o2')!.ipv4, { durationS: 25, intervalS: 0.1 });
     const fromHome = startContinuousPing(scope, pods.get('h1')!.ns, pods.get('o2')!.ipv4, { durationS: 25, intervalS: 0.1 });
     await new Promise((r) => setTimeout(r, 1000));
-    const o3 = await world.addNode('o3', 'office', 13, { listenPort: 51823 });
+    const o3 = await addNatNode(world, LATE_OFFICE_NODE);
     await world.startAgent(o3);
     pods.set('o3', await world.addPod(o3));
     for (const [name, trace] of [['o1 → c1', toCloud], ['o1 → o2', toNeighbour], ['h1 → o2', fromHome]] as const) {

@@ -1,0 +1,45 @@
+/**
+ * The README's main command: `roamguard demo --once` builds the NAT world, prints an all-green
+ * matrix, exits 0 and leaves nothing behind; without root it says so and changes nothing.
+ */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { run } from './netns.ts';
+import { REPO_ROOT, ROAMGUARD_BIN } from './userspace-wg.ts';
+
+function runDemo(args: string[], asUser?: string): Promise<{ code: number | null; output: string; pid: number }> {
+  return new Promise((resolve, reject) => {
+    const [cmd, argv] = asUser ? ['runuser', ['-u', asUser, '--', ROAMGUARD_BIN, 'demo', ...args]] : [ROAMGUARD_BIN, ['demo', ...args]];
+    const child = spawn(cmd, argv, { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (c: Buffer) => { output += c.toString(); });
+    child.stderr.on('data', (c: Buffer) => { output += c.toString(); });
+    const timer = setTimeout(() => { child.kill('SIGINT'); }, 280_000);
+    child.on('error', reject);
+    child.on('exit', (code) => { clearTimeout(timer); resolve({ code, output, pid: child.pid! }); });
+  });
+}
+
+describe('roamguard demo', { timeout: 300_000 }, () => {
+  test('--once prints an all-green matrix, exits 0 and removes everything it built', async () => {
+    const { code, output, pid } = await runDemo(['--once', '--timeout', '150']);
+    assert.equal(code, 0, output.slice(-3000));
+    assert.match(output, /REACHABILITY \(pod → pod: IPv4 IPv6\)/);
+    assert.match(output, /all pods reach all pods over IPv4 and IPv6/);
+    assert.doesNotMatch(output.slice(output.indexOf('REACHABILITY')), /✗/);
+    for (const node of ['c1', 'c2', 'o1', 'o2', 'h1']) assert.match(output, new RegExp(`^${node} `, 'm'));
+    assert.match(output, /^o1 +o2 +192\.168\.1\.12:51822 +LAN/m, 'office nodes use the LAN between them');
+    assert.match(output, /^c1 +h1 +203\.0\.113\.20:51824 +NAT/m, 'the cloud reaches home through its NAT mapping');
+    assert.match(output, /demo removed: no namespaces or processes left behind/);
+    // The demo's namespaces carry its process id (bin/roamguard execs node, keeping the pid).
+    const left = (await run('ip', ['netns', 'list'])).stdout.split('\n').filter((l) => l.startsWith(`rgt-${pid}-`));
+    assert.deepEqual(left, []);
+  });
+
+  test('without root it names what it needs and builds nothing', async () => {
+    const { code, output } = await runDemo(['--once'], 'nobody');
+    assert.equal(code, 2, output);
+    assert.match(output, /roamguard demo needs: root \(it builds network namespaces/);
+  });
+});
