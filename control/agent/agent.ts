@@ -179,8 +179,12 @@ export class Agent {
     return { podCidrs: sortAddresses(podCidrs), addresses: sortAddresses([...statusAddresses, ...interfaceAddresses]), interfaceAddresses: sortAddresses(interfaceAddresses) };
   }
 
-  /** Brings the data plane up (starting it when absent) and gives it our key and port. */
-  private async setUpTunnel(): Promise<void> {
+  /**
+   * Brings the data plane up (starting it when absent) and gives it our key and port. Returns
+   * true when the data plane is fresh (just started, or it had lost its key): its interface has
+   * no routes and its device no peers yet.
+   */
+  private async setUpTunnel(): Promise<boolean> {
     const s = this.settings;
     const status = await ensureDataplane({ choice: s.dataplane, ifname: s.interfaceName, client: this.uapi!, env: this.deps.dataplaneEnv });
     if (status === 'started') this.log.info('started the data plane', { interface: s.interfaceName, dataplane: s.dataplane });
@@ -196,6 +200,7 @@ export class Agent {
     if (enabled.length > 0) this.log.info('turned packet forwarding on', { families: enabled });
     await configureTunnelInterface({ device: s.interfaceName, mtu: s.mtu, localPodCidrs: this.local.podCidrs, runner: this.runner });
     await this.writeCni();
+    return status === 'started' || !keyMatches;
   }
 
   private async writeCni(): Promise<void> {
@@ -306,12 +311,17 @@ export class Agent {
     for (const name of [...this.rejectedLogged.keys()]) if (!mesh.rejected.some((r) => r.node === name)) this.rejectedLogged.delete(name);
 
     if (!s.firewallOnly) {
-      if (full) await this.setUpTunnel();
-      const device = await this.uapi!.get();
-      if (device.privateKey === undefined || keyToBase64(device.privateKey) !== keyToBase64(this.privateKey!)) {
-        // The data plane restarted under us: give it its identity back before any peer.
-        await this.setUpTunnel();
+      let fresh = full ? await this.setUpTunnel() : false;
+      const device = await this.uapi!.get().catch((err: Error) => {
+        this.log.warn('the data plane does not answer; starting it again', { interface: s.interfaceName, error: err.message });
+        return undefined;
+      });
+      if (!device || device.privateKey === undefined || keyToBase64(device.privateKey) !== keyToBase64(this.privateKey!)) {
+        // The data plane died or restarted under us: bring it back and give it its identity
+        // before any peer; its new interface needs the routes again.
+        fresh = (await this.setUpTunnel()) || fresh;
       }
+      if (fresh) this.appliedRoutes = '';
       const snapshot = await this.uapi!.get();
       const plan = planReconcile(mesh.peers, snapshot, this.memory, {
         collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(),

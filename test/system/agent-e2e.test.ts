@@ -6,11 +6,11 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AgentCluster, OUTSIDE, type ClusterNode, type Pod } from './agent-cluster.ts';
 import { Scope, waitFor, type Namespace, type NsProcess } from './netns.ts';
-import { assertPing, commandLine, ROAMGUARD_BIN, socketOwnerPids, startContinuousPing, requireDaemonPrerequisites } from './userspace-wg.ts';
+import { assertPing, commandLine, killAtCleanup, ping, ROAMGUARD_BIN, socketOwnerPids, startContinuousPing, requireDaemonPrerequisites } from './userspace-wg.ts';
 
 const scope = new Scope();
 let cluster: AgentCluster;
@@ -182,6 +182,62 @@ describe('agent end to end (three nodes)', { timeout: 600_000 }, () => {
     assert.ok(lost <= 1, `lost ${lost} of ${result.transmitted} pings across agent restarts`);
   });
 
+  test('the data plane killed with SIGKILL under traffic: the agent starts it again and traffic returns', async () => {
+    const node = cluster.node(1);
+    const [pid] = await socketOwnerPids(node.ns, node.ifname);
+    assert.ok(pid, 'found the data plane');
+    await assertPing(pods.get(1)!.ns, pods.get(2)!.ipv4, { count: 2, deadlineS: 10 }, 'before the kill');
+    const killedAt = Date.now();
+    process.kill(pid, 'SIGKILL');
+    // (ping(8) gives up at the first "network unreachable" while the interface is gone: probe one by one.)
+    let outage: number | undefined;
+    while (Date.now() - killedAt < 40_000) {
+      if ((await ping(pods.get(1)!.ns, pods.get(2)!.ipv4, { count: 1, deadlineS: 1 })).received === 1) {
+        outage = (Date.now() - killedAt) / 1000;
+        break;
+      }
+    }
+    assert.ok(outage !== undefined, `traffic never came back:\n${node.agent!.describe()}`);
+    // The agent notices within its 5 s poll, starts `roamguard wg` (a few seconds under tsx on a
+    // busy machine), reconfigures it, and the first packet triggers one handshake.
+    assert.ok(outage < 25, `traffic back ${outage.toFixed(1)} s after the kill`);
+    await waitFor(() => /started the data plane/.test(node.agent!.stderr), 10_000, { description: "the agent reporting the restart" });
+    const [newPid] = await socketOwnerPids(node.ns, node.ifname);
+    assert.ok(newPid && newPid !== pid, 'a new data plane process');
+    killAtCleanup(scope, newPid, /roamguard/);
+  });
+
+  test('hostile or malformed Nodes are skipped with a log line naming them; the mesh is unaffected', async () => {
+    const victim = cluster.node(1), watcher = cluster.node(2);
+    const before = await cluster.wgPeers(watcher);
+    cluster.api.createNode({ metadata: { name: 'evil', annotations: {
+      'roamguard.io/public-key': cluster.publicKeyOf(victim)!, 'roamguard.io/pod-cidrs': JSON.stringify([victim.podCidrs[0]]),
+    } } });
+    cluster.api.createNode({ metadata: { name: 'garbage', annotations: {
+      'roamguard.io/public-key': 'AAAA', 'roamguard.io/pod-cidrs': '[not json',
+    } } });
+    await waitFor(() => /skipping a node.*node=evil/.test(watcher.agent!.stderr) && /skipping a node.*node=garbage/.test(watcher.agent!.stderr), 15_000, { description: 'log lines naming the bad nodes' });
+    assert.match(watcher.agent!.stderr, /node=evil.*already used by node node-1/);
+    assert.deepEqual(await cluster.wgPeers(watcher).then((m) => [...m.keys()].sort()), [...before.keys()].sort(), 'the same peers');
+    assert.deepEqual((await cluster.wgPeers(watcher)).get(cluster.publicKeyOf(victim)!)?.allowedIps, before.get(cluster.publicKeyOf(victim)!)?.allowedIps);
+    await assertPing(pods.get(2)!.ns, pods.get(1)!.ipv4, { count: 2, deadlineS: 10 }, 'node-2 pod → node-1 pod with hostile Nodes around');
+    cluster.api.deleteNode('evil');
+    cluster.api.deleteNode('garbage');
+  });
+
+  test('a key file with loose permissions stops the agent with one clear line; the key is not replaced', async () => {
+    const node = cluster.node(2);
+    const key = readFileSync(node.env.PRIVATE_KEY_PATH, 'utf8');
+    await cluster.stopAgent(node);
+    chmodSync(node.env.PRIVATE_KEY_PATH, 0o644);
+    const result = await node.ns.exec(ROAMGUARD_BIN, ['agent'], { env: { ...process.env, ...node.env }, allowFailure: true, timeoutMs: 60_000 });
+    assert.equal(result.code, 1);
+    assert.match(result.stderr, /^roamguard agent: private key .* has mode 0644; it must not be readable by group or others \(chmod 600 .*\)$/m);
+    assert.equal(readFileSync(node.env.PRIVATE_KEY_PATH, 'utf8'), key, 'the key file is untouched');
+    chmodSync(node.env.PRIVATE_KEY_PATH, 0o600);
+    await cluster.startAgent(node);
+  });
+
   test('a pod CIDR file change is picked up live: annotation, CNI config, peers and routes follow', async () => {
     const node = cluster.node(3);
     const file = join(node.dir, 'pod-cidrs.txt');
@@ -280,7 +336,7 @@ describe('agent end to end (three nodes)', { timeout: 600_000 }, () => {
     const node = cluster.node(2);
     await cluster.stopAgent(node);
     assert.match(await nftRuleset(node), /table inet roamguard/);
-    const result = await node.ns.exec(ROAMGUARD_BIN, ['agent', '--cleanup'], { env: { ...process.env, ...node.env } });
+    const result = await node.ns.exec(ROAMGUARD_BIN, ['agent', '--cleanup'], { env: { ...process.env, ...node.env }, timeoutMs: 60_000 });
     assert.match(result.stderr, /removed/);
     assert.notEqual((await node.ns.exec('nft', ['list', 'table', 'inet', 'roamguard'], { allowFailure: true })).code, 0, 'table gone');
     assert.throws(() => readFileSync(node.env.CNI_CONFIG_PATH), /ENOENT/, 'CNI config gone');
