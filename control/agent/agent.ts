@@ -84,6 +84,10 @@ export class Agent {
   private local: LocalView = { podCidrs: [], addresses: [], interfaceAddresses: [] };
   private published = '';
   private publishedDiscovered: string | undefined;
+  /** Base64 key → when the agent first configured the peer (for "never handshook" checks). */
+  private readonly configuredAt = new Map<string, number>();
+  /** Peers without a working session: nodes that cannot reach each other (for status and metrics). */
+  readonly unreachable = new Set<string>();
   private discoveryTimer: NodeJS.Timeout | undefined;
   private writtenConflist = '';
   private appliedRuleset = '';
@@ -247,6 +251,37 @@ export class Agent {
     this.log.debug('published discovered endpoints', { peers: observed.size });
   }
 
+  /**
+   * Says so when a peer has no working session: no first handshake three keepalive periods
+   * after it was configured, or none for longer than WireGuard keeps a session (180 s) plus a keepalive. Two
+   * nodes that cannot reach each other (both behind NATs that do not let them meet) show up here
+   * instead of failing silently.
+   */
+  private checkReachability(mesh: MeshState, device: DeviceSnapshot): void {
+    const now = Date.now();
+    const keepaliveMs = this.settings.persistentKeepalive * 1000;
+    const byKey = new Map(device.peers.map((p) => [keyToBase64(p.publicKey), p]));
+    for (const key of [...this.configuredAt.keys()]) if (!mesh.peers.has(key)) this.configuredAt.delete(key);
+    for (const key of [...this.unreachable]) if (!mesh.peers.has(key)) this.unreachable.delete(key);
+    for (const [key, peer] of mesh.peers) {
+      if (!this.configuredAt.has(key)) this.configuredAt.set(key, now);
+      const last = byKey.get(key)?.lastHandshakeWallMs ?? 0;
+      // Handshake attempts repeat every 5 s and keepalives keep NAT mappings open: three
+      // keepalive periods (at least 15 s) without a first handshake means it is not coming.
+      const firstDeadline = Math.max(15_000, 3 * keepaliveMs);
+      const stale = last > 0 ? now - last > RECENT_HANDSHAKE_MS + keepaliveMs : now - this.configuredAt.get(key)! > firstDeadline;
+      if (stale && !this.unreachable.has(key)) {
+        this.unreachable.add(key);
+        this.log.warn('no working session with a peer: it may be unreachable from here (for example both nodes behind NATs that do not let them meet)', {
+          node: peer.nodeName, key: key.slice(0, 8), endpoint: peer.endpoint, endpointSource: peer.endpointSource,
+          lastHandshake: last > 0 ? new Date(last).toISOString() : 'never',
+        });
+      } else if (!stale && this.unreachable.delete(key)) {
+        this.log.info('a peer is reachable again', { node: peer.nodeName, key: key.slice(0, 8), endpoint: peer.endpoint });
+      }
+    }
+  }
+
   /** Queues a reconcile pass; `full` also re-reads local facts and re-applies host state. */
   private schedule(full: boolean): void {
     if (this.state === 'stopped') return;
@@ -328,6 +363,7 @@ export class Agent {
       });
       if (plan.request) await this.uapi!.set(plan.request);
       await this.publishDiscovered(mesh, snapshot);
+      this.checkReachability(mesh, snapshot);
       for (const action of plan.actions) {
         if (action.kind === 'remove') this.log.info('removed a peer whose key no Node carries', { key: action.publicKey.slice(0, 8) });
         else this.log.info(action.kind === 'add' ? 'added a peer' : 'updated a peer', {

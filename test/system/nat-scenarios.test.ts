@@ -57,7 +57,18 @@ async function reachabilityFailures(): Promise<string[]> {
 async function assertAllReach(what: string, timeoutMs = 60_000): Promise<void> {
   let failures: string[] = [];
   await waitFor(async () => (failures = await reachabilityFailures()).length === 0, timeoutMs, { description: `${what}: every pod reaching every pod`, intervalMs: 1000 })
-    .catch(() => assert.fail(`${what}: unreachable pairs:\n  ${failures.join('\n  ')}`));
+    .catch(async () => assert.fail(`${what}: unreachable pairs:\n  ${failures.join('\n  ')}\n${await diagnostics()}`));
+}
+
+/** Every node's view of its peers and the tail of its agent's log, for failure messages. */
+async function diagnostics(): Promise<string> {
+  const out: string[] = [];
+  for (const node of world.nodes) {
+    const peers = await world.wgPeers(node).catch(() => new Map());
+    out.push(`--- ${node.name}: ${[...peers].map(([k, p]) => `${world.nodeByKey(k)?.name ?? k.slice(0, 8)}@${p.endpoint} hs=${p.latestHandshake ? Math.round(Date.now() / 1000 - p.latestHandshake) + 's' : 'never'}`).join(', ')}`);
+    out.push(...(node.agent?.stderr ?? '').trim().split('\n').filter((l) => !/DEBUG/.test(l)).slice(-8));
+  }
+  return out.join('\n');
 }
 
 describe('NAT scenarios', { timeout: 900_000 }, () => {
@@ -167,5 +178,21 @@ table inet watch {
     await router.ns.ip(['link', 'set', router.wan.ifname, 'up']);
     await world.applyRouterRules(router);
     await assertAllReach('after the router restart', 90_000);
+  });
+
+  test('nodes that cannot meet (both behind port-randomising NATs) are reported, not silently broken', async () => {
+    // Both routers now pick a random port for every new flow: a mapping seen by one peer is
+    // useless to another, so the office and a new home node cannot punch through to each other.
+    for (const router of world.routers.values()) {
+      await router.ns.exec('nft', ['-f', '-'], { input: `flush chain inet router postrouting\nadd rule inet router postrouting oifname "${router.wan.ifname}" masquerade random,fully-random\n` });
+      await world.flushRouterState(router);
+    }
+    const h2 = await world.addNode('h2', 'home', 12, { listenPort: 51825 });
+    await world.startAgent(h2);
+    const o1 = world.node('o1');
+    await waitFor(() => /no working session with a peer.*node=h2/.test(o1.agent!.stderr), 60_000, { description: 'o1 reporting h2 as unreachable' });
+    await waitFor(() => /no working session with a peer.*node=o1/.test(h2.agent!.stderr), 30_000, { description: 'h2 reporting o1 as unreachable' });
+    // The cloud nodes still reach it: only the NAT-to-NAT pair is affected.
+    await waitFor(async () => ((await world.wgPeers(world.node('c1'))).get(key(h2))?.latestHandshake ?? 0) > 0, 30_000, { description: 'c1 meshing h2' });
   });
 });
