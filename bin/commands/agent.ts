@@ -30,20 +30,23 @@ ${settingsTable()}`,
       }
       throw err;
     }
-    const log = createAgentLogger({ level: settings.logLevel, json: process.env.LOG_FORMAT === 'json' ? true : process.env.LOG_FORMAT === 'text' ? false : undefined });
+    const log = createAgentLogger({ level: settings.logLevel, json: settings.logFormat === 'auto' ? undefined : settings.logFormat === 'json' });
     const { Agent, cleanup } = await import('../../control/agent/agent.ts');
     if (args.includes('--cleanup')) {
       await cleanup(settings, log);
       return 0;
     }
     const instance = new Agent({ settings, log });
+    // Started first, so the probes answer (not ready yet) while the agent starts.
+    const { startMetricsServer } = await import('../../control/metrics/server.ts');
+    const metrics = settings.metricsAddress === '' ? undefined : await startMetricsServer({ address: settings.metricsAddress, source: instance, log });
     let stopping = false;
     const done = new Promise<number>((resolve) => {
       const stop = (signal: string) => {
         if (stopping) return;
         stopping = true;
         log.info('stopping; rules, routes and the data plane stay in place', { signal });
-        instance.stop().then(() => resolve(0), () => resolve(1));
+        instance.stop().then(() => metrics?.close()).then(() => resolve(0), () => resolve(1));
       };
       process.on('SIGINT', () => stop('SIGINT'));
       process.on('SIGTERM', () => stop('SIGTERM'));

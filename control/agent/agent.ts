@@ -35,6 +35,8 @@ import { NodeWatcher } from '../kube/node-watcher.ts';
 import { patchNodeAnnotations, readNode } from '../kube/node-patch.ts';
 import { enableForwarding } from '../host/sysctl.ts';
 import { ensureDataplane } from './dataplane-process.ts';
+import { installCniPlugins } from '../host/cni-install.ts';
+import type { AgentStatusSource } from '../metrics/status-source.ts';
 
 export interface AgentDeps {
   settings: Settings;
@@ -62,13 +64,18 @@ export type AgentState = 'starting' | 'running' | 'stopped';
  */
 export const DISCOVERY_INTERVAL_MS = 5000;
 
-export class Agent {
+export class Agent implements AgentStatusSource {
   state: AgentState = 'starting';
   /** Set once the informer synced and the tunnel is configured (readiness). */
   ready = false;
   lastMesh: MeshState | undefined;
   reconcileErrors = 0;
   reconciles = 0;
+  reconcileDurationMsTotal = 0;
+  lastReconcileDurationMs: number | undefined;
+  get nodeName(): string { return this.settings.nodeName; }
+  get informer(): NodeWatcher | undefined { return this.watcher; }
+  get dataplane(): UapiClient | undefined { return this.uapi; }
 
   private readonly settings: Settings;
   private readonly log: AgentLogger;
@@ -118,7 +125,13 @@ export class Agent {
     }
     const own = await this.readOwnNodeWithRetry();
     this.local = await this.computeLocal(own);
-    if (!s.firewallOnly) await this.setUpTunnel();
+    if (!s.firewallOnly) {
+      await this.setUpTunnel();
+      // In the image the standard plugins ride along; a host without them gets them installed.
+      const cni = await installCniPlugins();
+      if (cni.installed.length > 0) this.log.info('installed CNI plugins on the host', { dir: cni.targetDir, plugins: cni.installed });
+      if (cni.bundled && cni.unavailable.length > 0) this.log.warn('CNI plugins missing on the host and not bundled', { dir: cni.targetDir, plugins: cni.unavailable });
+    }
     await this.publish();
     if (s.podCidrSource.ipv4 === 'file' || s.podCidrSource.ipv6 === 'file') {
       this.fileWatch = watchPodCidrFile(s.podCidrSourcePath, () => {
@@ -309,14 +322,21 @@ export class Agent {
     const started = Date.now();
     try {
       await this.reconcile(full);
+      this.recordPassDuration(started);
       this.reconciles++;
       this.log.debug('reconciled', { ms: Date.now() - started });
     } catch (err) {
+      this.recordPassDuration(started);
       this.reconcileErrors++;
       this.log.error('reconcile failed; the mesh stays as it is and the next pass retries', { error: (err as Error).message });
       this.again = true;
       await new Promise((r) => setTimeout(r, 1000));
     }
+  }
+
+  private recordPassDuration(started: number): void {
+    this.lastReconcileDurationMs = Date.now() - started;
+    this.reconcileDurationMsTotal += this.lastReconcileDurationMs;
   }
 
   private async reconcile(full: boolean): Promise<void> {

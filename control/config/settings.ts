@@ -36,6 +36,8 @@ export interface Settings {
   /** An explicit API server URL: used before kube-proxy makes the in-cluster Service reachable. */
   apiServer: string;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  /** auto = JSON lines unless stderr is a terminal. */
+  logFormat: 'auto' | 'json' | 'text';
   dataplane: DataplaneChoice;
   socketDir: string;
   nftTable: string;
@@ -147,6 +149,7 @@ export const SETTINGS = {
   KUBE_API_SERVER: text('', 'explicit API server URL, e.g. https://10.0.0.1:6443 (overrides the kubeconfig\'s server)',
     { test: (v) => v === '' || /^https?:\/\/[^\s/]+(\/.*)?$/.test(v), accepted: 'an http:// or https:// URL, or empty' }),
   LOG_LEVEL: oneOf<Settings['logLevel']>('info', ['debug', 'info', 'warn', 'error', 'silent'], 'log verbosity'),
+  LOG_FORMAT: oneOf<Settings['logFormat']>('auto', ['auto', 'json', 'text'], 'log lines as JSON or as text; auto = JSON unless stderr is a terminal'),
   WG_DATAPLANE: oneOf<DataplaneChoice>('roamguard', ['roamguard', 'wireguard-go', 'external'],
     'data plane started when none answers on the control socket; external = never start one, wait for it'),
   WG_SOCKET_DIR: text('/var/run/wireguard', 'directory of the WireGuard control sockets', ABSOLUTE_PATH),
@@ -193,6 +196,7 @@ export function loadSettings(env: Env = process.env): Settings {
     kubeconfig: get('KUBECONFIG'),
     apiServer: get('KUBE_API_SERVER'),
     logLevel: get('LOG_LEVEL'),
+    logFormat: get('LOG_FORMAT'),
     dataplane: get('WG_DATAPLANE'),
     socketDir: get('WG_SOCKET_DIR'),
     nftTable: get('NFT_TABLE'),

@@ -9,7 +9,7 @@
  *
  * The device depends only on the narrow Tun, Bind and CryptoPool interfaces, so tests run it over
  * in-memory doubles. It also implements what the control socket needs beyond the core
- * (listen port, fwmark).
+ * (listen port, fwmark, and the counters of `get=roamguard-stats`: `stats()`).
  */
 import { WireGuardCore } from '../core.ts';
 import { systemClock, type Clock } from '../clock.ts';
@@ -22,6 +22,9 @@ import { SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../pool/cryp
 import { BatchPool, slotSizeForMtu } from '../pool/packet-batch.ts';
 import { OutboundPipeline } from './send.ts';
 import { InboundPipeline } from './receive.ts';
+import { DROP_REASONS } from '../drop-counters.ts';
+import type { Peer } from '../session/peer.ts';
+import { STATS_VERSION, type DeviceStats } from '../uapi/uapi-stats.ts';
 
 /** How often the timer rules are evaluated; their resolution is far coarser than this. */
 const TICK_INTERVAL_MS = 100;
@@ -36,7 +39,7 @@ export interface DeviceOptions {
   timings?: Partial<Timings>;
   /** Crypto worker threads; 0 = seal and open on the main thread. */
   threads?: number;
-  /** A ready-made pool (tests); overrides `threads`. */
+  /** A ready-made pool (tests); overrides `threads`. The caller closes it (close() does not). */
   pool?: CryptoPool;
 }
 
@@ -50,8 +53,13 @@ export class Device {
   private readonly single: Uint8Array[] = [new Uint8Array(0)];
   private closed = false;
   readonly pool: CryptoPool | undefined;
+  private readonly givenPool: CryptoPool | undefined;
   private readonly outbound: OutboundPipeline | undefined;
   private readonly inbound: InboundPipeline | undefined;
+  /** The pool whose queue `stats()` reports (the worker side of a split pool). */
+  private readonly queuedPool: { readonly queueDepth?: number } | undefined;
+  /** Completed handshakes per peer (a removed and re-added peer starts again from zero, as its byte counters do). */
+  private readonly handshakes = new WeakMap<Peer, { completed: number; asInitiator: number }>();
 
   constructor(options: DeviceOptions) {
     this.tun = options.tun;
@@ -69,11 +77,17 @@ export class Device {
           this.tun.write(this.single, 1);
         },
         endpointChanged: (peer, endpoint) => this.logger.verbose(`peer(${peer.name}) - endpoint is now ${endpoint}`),
-        handshakeCompleted: (peer) => this.logger.verbose(`peer(${peer.name}) - handshake completed, keys ready`),
+        handshakeCompleted: (peer) => {
+          this.countHandshake(peer);
+          this.logger.verbose(`peer(${peer.name}) - handshake completed, keys ready`);
+        },
       },
     });
+    this.givenPool = options.pool;
     const threads = options.threads ?? 0;
-    this.pool = options.pool ?? (threads > 0 ? new SplitCryptoPool(options.crypto, new WorkerCryptoPool(threads)) : undefined);
+    const workers = options.pool === undefined && threads > 0 ? new WorkerCryptoPool(threads) : undefined;
+    this.pool = options.pool ?? (workers ? new SplitCryptoPool(options.crypto, workers) : undefined);
+    this.queuedPool = workers ?? (options.pool as { readonly queueDepth?: number } | undefined);
     if (this.pool) {
       const batches = new BatchPool(slotSizeForMtu(Math.max(this.tun.mtu, 1500)));
       this.outbound = new OutboundPipeline(this.core, this.bind, this.pool, batches);
@@ -116,6 +130,46 @@ export class Device {
     this.fwmark = mark;
   }
 
+  private countHandshake(peer: Peer): void {
+    let counts = this.handshakes.get(peer);
+    if (!counts) this.handshakes.set(peer, counts = { completed: 0, asInitiator: 0 });
+    counts.completed++;
+    // Called as the session becomes current: ours if we sent the initiation it answers.
+    if (peer.keypairs.current?.isInitiator) counts.asInitiator++;
+  }
+
+  /** The counters `get=roamguard-stats` reports (dataplane/uapi/uapi-stats.ts). */
+  stats(): DeviceStats {
+    const counts = this.core.drops;
+    const drops: Record<string, number> = {};
+    for (const reason of DROP_REASONS) drops[reason] = counts.get(reason);
+    const peers = [];
+    for (const peer of this.core.peers) {
+      const handshakes = this.handshakes.get(peer) ?? { completed: 0, asInitiator: 0 };
+      const pending = peer.timers.retransmitHandshakeAt !== Infinity;
+      peers.push({
+        publicKey: peer.publicKey,
+        rxBytes: peer.rxBytes,
+        txBytes: peer.txBytes,
+        handshakeAttempts: peer.handshakeAttemptsTotal,
+        handshakesCompleted: handshakes.completed,
+        // Every initiation is answered (a session we initiated), still in flight, or failed.
+        handshakeFailures: Math.max(0, peer.handshakeAttemptsTotal - handshakes.asInitiator - (pending ? 1 : 0)),
+        handshakePending: pending,
+        endpointChanges: peer.roamCount,
+        stagedPackets: peer.stagedCount,
+      });
+    }
+    const depth = this.queuedPool?.queueDepth;
+    return {
+      version: STATS_VERSION,
+      workerThreads: this.pool?.threads ?? 0,
+      workerQueueDepth: typeof depth === 'number' && depth > 0 ? depth : 0,
+      drops,
+      peers,
+    };
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -123,6 +177,7 @@ export class Device {
     for (const peer of [...this.core.peers]) this.core.removePeer(peer.publicKey);
     this.tun.close();
     await this.bind.close();
-    await this.pool?.close();
+    // A pool passed in (options.pool) belongs to the caller, who may share it between devices.
+    if (this.pool !== undefined && this.pool !== this.givenPool) await this.pool.close();
   }
 }

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import {
   formatSetRequest, parseGetResponse, type DeviceSnapshot, type SetRequest,
 } from './uapi-protocol.ts';
+import { STATS_OPERATION, parseStatsResponse, type DeviceStats } from './uapi-stats.ts';
 
 /** True once `text` holds a complete answer: it ends with an `errno=` line and an empty line. */
 export function isCompleteAnswer(text: string): boolean {
@@ -17,7 +18,11 @@ export function isCompleteAnswer(text: string): boolean {
 }
 
 export class UapiError extends Error {
-  constructor(message: string, readonly errno?: number) {
+  /**
+   * @param closedWithoutAnswer the daemon accepted the connection and closed it without an
+   *   answer: what wireguard-go does with an operation it does not know.
+   */
+  constructor(message: string, readonly errno?: number, readonly closedWithoutAnswer = false) {
     super(message);
     this.name = 'UapiError';
   }
@@ -57,7 +62,7 @@ export class UapiClient {
         if (isCompleteAnswer(answer)) finish(undefined, answer);
       });
       socket.on('error', (err) => finish(new UapiError(`${this.socketPath}: ${err.message}`)));
-      socket.on('close', () => finish(new UapiError(`${this.socketPath} closed the connection before answering`)));
+      socket.on('close', () => finish(new UapiError(`${this.socketPath} closed the connection before answering`, undefined, true)));
     });
   }
 
@@ -72,6 +77,26 @@ export class UapiClient {
     const match = /errno=(-?\d+)\n/.exec(answer);
     const errno = Number(match?.[1]);
     if (errno !== 0) throw new UapiError(`set: the data plane answered errno=${errno}`, errno);
+  }
+
+  /**
+   * roamguard's counters (`get=roamguard-stats`, see uapi-stats.ts), or undefined when the data
+   * plane does not offer them (wireguard-go and older daemons close the connection on the unknown
+   * operation; a daemon without counters answers an errno). Rejects only when nothing answers
+   * at all (no socket, timeout) or the answer is malformed.
+   */
+  async stats(): Promise<DeviceStats | undefined> {
+    let answer: string;
+    try {
+      answer = await this.exchange(`${STATS_OPERATION}\n\n`);
+    } catch (err) {
+      if (err instanceof UapiError && err.closedWithoutAnswer) return undefined;
+      throw err;
+    }
+    const parsed = parseStatsResponse(answer);
+    if (parsed.ok) return parsed.stats;
+    if (/(^|\n)errno=-?[1-9]\d*\n\n$/.test(answer)) return undefined; // refused: not supported here
+    throw new UapiError(`stats: ${parsed.message}`, parsed.errno);
   }
 
   /** True when something answers `get` on the socket. */

@@ -15,6 +15,7 @@ import { clampPrivateKey, constantTimeEqual, isZeroKey } from '../noise/keys.ts'
 import {
   UAPI_ERRNO, type DeviceSnapshot, type PeerChange, type SetRequest,
 } from './uapi-protocol.ts';
+import type { DeviceStats } from './uapi-stats.ts';
 
 /** What the control socket needs from the daemon besides the protocol core. */
 export interface UapiHost {
@@ -30,6 +31,8 @@ export interface UapiHost {
   readonly fwmark: number;
   /** Sets the firewall mark; may throw an error with a Node errno `code`. */
   setFwmark(mark: number): void | Promise<void>;
+  /** The counters for `get=roamguard-stats` (uapi-stats.ts); without it the operation is refused. */
+  stats?(): DeviceStats;
 }
 
 /** The two operations of the control socket, as uapi-server.ts calls them. */
@@ -38,6 +41,8 @@ export interface UapiHandler {
   get(): DeviceSnapshot | string | Promise<DeviceSnapshot | string>;
   /** Applies a validated request; resolves to the errno to answer (0 = success). */
   set(request: SetRequest): number | Promise<number>;
+  /** Counters, or an answer already formatted (formatStatsResponse); absent: the operation is unknown. */
+  stats?(): DeviceStats | string | Promise<DeviceStats | string>;
 }
 
 export interface UapiDeviceOptions {
@@ -161,8 +166,10 @@ export function createUapiHandler(host: UapiHost, options: UapiDeviceOptions = {
     queue = result.catch(() => {});
     return result;
   };
-  return {
+  const handler: UapiHandler = {
     get: () => serialized(() => takeSnapshot(host)),
     set: (request) => serialized(() => applySetRequest(host, request, options)),
   };
+  if (host.stats) handler.stats = () => serialized(() => host.stats!());
+  return handler;
 }

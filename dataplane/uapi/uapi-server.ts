@@ -9,8 +9,9 @@
  * (`onSocketDeleted`), which by the cross-platform rules means "exit".
  *
  * Framing: a connection carries any number of operations. Each starts with a `get=1` or `set=1`
- * line and ends with an empty line; each answer ends with `errno=N` and an empty line. Any other
- * first line closes the connection. Bytes are split into lines here, so lines may arrive in any
+ * line (or roamguard's `get=roamguard-stats`, when the handler has counters: uapi-stats.ts) and
+ * ends with an empty line; each answer ends with `errno=N` and an empty line. Any other first
+ * line closes the connection, as in wireguard-go. Bytes are split into lines here, so lines may arrive in any
  * number of chunks.
  *
  * Abuse limits: line length, request size and line count, peer sections per request, a deadline
@@ -22,6 +23,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { basename, join } from 'node:path';
 import type { UapiHandler } from './uapi-device.ts';
 import { UAPI_ERRNO, formatErrno, formatGetResponse, parseSetRequest } from './uapi-protocol.ts';
+import { STATS_OPERATION, formatStatsResponse } from './uapi-stats.ts';
 
 export type { UapiHandler } from './uapi-device.ts';
 
@@ -450,17 +452,18 @@ class Connection {
         this.startDeadline();
         const operation = await this.nextLine();
         if (operation === null) break;
-        if (operation === 'get=1') {
+        const isStats = operation === STATS_OPERATION && this.handler.stats !== undefined;
+        if (operation === 'get=1' || isStats) {
           const terminator = await this.nextLine();
           if (terminator === null) break;
           this.stopDeadline();
           if (terminator !== '') {
-            this.log('control socket: trailing characters after get=1');
+            this.log(`control socket: trailing characters after ${operation}`);
             this.startDeadline();
             await this.respond(formatErrno(UAPI_ERRNO.EINVAL));
             break;
           }
-          const answer = await this.get();
+          const answer = isStats ? await this.stats() : await this.get();
           this.startDeadline(); // the client must also read its answer in time
           await this.respond(answer);
         } else if (operation === 'set=1') {
@@ -513,6 +516,16 @@ class Connection {
       return typeof answer === 'string' ? answer : formatGetResponse(answer);
     } catch (err) {
       this.log(`control socket: get failed: ${(err as Error)?.message ?? err}`);
+      return formatErrno(UAPI_ERRNO.UNKNOWN);
+    }
+  }
+
+  private async stats(): Promise<string> {
+    try {
+      const answer = await this.handler.stats!();
+      return typeof answer === 'string' ? answer : formatStatsResponse(answer);
+    } catch (err) {
+      this.log(`control socket: stats failed: ${(err as Error)?.message ?? err}`);
       return formatErrno(UAPI_ERRNO.UNKNOWN);
     }
   }

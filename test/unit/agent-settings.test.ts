@@ -93,6 +93,7 @@ describe('agent settings', () => {
     ['KUBECONFIG', '~/.kube/config', /absolute path or empty/],
     ['KUBE_API_SERVER', '10.0.0.1:6443', /http:\/\/ or https:\/\/ URL/],
     ['LOG_LEVEL', 'loud', /one of debug, info, warn, error, silent/],
+    ['LOG_FORMAT', 'yaml', /one of auto, json, text/],
     ['WG_DATAPLANE', 'kernel', /one of roamguard, wireguard-go, external/],
     ['WG_SOCKET_DIR', 'run/wg', /absolute path/],
     ['NFT_TABLE', '1table', /table name/],

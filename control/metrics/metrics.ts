@@ -1,0 +1,249 @@
+/**
+ * The agent's Prometheus metrics (prom-client). Everything is read at scrape time from an
+ * {@link AgentStatusSource}: the agent's own state, and the data plane through its control socket
+ * — `get=1` (per-peer bytes, handshake time, endpoint: every UAPI data plane) and roamguard's
+ * `get=roamguard-stats` (drops by reason, handshake attempts and failures, roams, worker queue:
+ * dataplane/uapi/uapi-stats.ts; absent for wireguard-go, whose series are then simply missing).
+ *
+ * Per-peer series are labelled `node` (the Node that publishes the key; empty for a peer no Node
+ * claims) and `key` (the public key's first 8 base64 characters): never a whole key.
+ * Counters that come from the data plane restart from zero when it restarts or re-adds a peer;
+ * Prometheus' rate() handles that as a counter reset.
+ */
+import { Counter, Gauge, Registry, collectDefaultMetrics, type Metric } from 'prom-client';
+import { keyToBase64 } from '../../dataplane/noise/keys.ts';
+import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
+import type { DeviceStats, PeerStats } from '../../dataplane/uapi/uapi-stats.ts';
+import { PEER_STATES, UNREACHABLE_AFTER_MS, handshakeExpected, peerState } from '../status/peer-state.ts';
+import type { AgentStatusSource } from './status-source.ts';
+
+const PEER = ['node', 'key'] as const;
+const AGENT_STATES = ['starting', 'running', 'stopped'] as const;
+const INFORMER_STATES = ['starting', 'synced', 'error', 'stopped'] as const;
+
+export interface AgentMetricsOptions {
+  /** Also the process and Node.js runtime metrics of prom-client (default true). */
+  defaultMetrics?: boolean;
+  now?: () => number;
+  /** A handshake-expecting peer not connected for this long counts as unreachable. */
+  unreachableAfterMs?: number;
+}
+
+/** What one scrape read from the data plane. */
+export interface DataplaneReading {
+  snapshot?: DeviceSnapshot;
+  stats?: DeviceStats;
+  error?: string;
+}
+
+/** The metric names, for the README and the tests. */
+export const METRIC_HELP: Record<string, string> = {
+  roamguard_agent_ready: '1 once the Node informer synced and the tunnel is configured (what /readyz answers)',
+  roamguard_agent_state: 'the agent\'s lifecycle state (1 for the current one)',
+  roamguard_informer_synced: '1 when the Node informer has a complete list',
+  roamguard_informer_state: 'the Node informer\'s state (1 for the current one)',
+  roamguard_informer_restarts_total: 'Node watches restarted after an error',
+  roamguard_reconcile_duration_seconds: 'duration of reconcile passes (successful and failed): _sum and _count',
+  roamguard_reconcile_last_duration_seconds: 'duration of the last reconcile pass',
+  roamguard_reconciles_total: 'reconcile passes that succeeded',
+  roamguard_reconcile_errors_total: 'reconcile passes that failed (retried on the next pass)',
+  roamguard_mesh_peers: 'peers in the desired mesh (Nodes with usable annotations)',
+  roamguard_mesh_rejected_nodes: 'Nodes left out because their annotations are not usable',
+  roamguard_mesh_waiting_nodes: 'Nodes without a roamguard public key yet',
+  roamguard_peers_unreachable: 'peers without a working session (as the agent logs them: no first handshake within three keepalive periods, or none for 180 s + keepalive)',
+  roamguard_dataplane_up: '1 when the data plane answers on its control socket',
+  roamguard_dataplane_counters_available: '1 when the data plane answers roamguard\'s counters (0 for wireguard-go)',
+  roamguard_dataplane_peers: 'peers configured in the data plane',
+  roamguard_dataplane_dropped_packets_total: 'packets the data plane dropped, by reason',
+  roamguard_dataplane_worker_threads: 'crypto worker threads of the data plane (0 = main thread)',
+  roamguard_dataplane_worker_queue_depth: 'batches waiting for a crypto worker',
+  roamguard_peer_receive_bytes_total: 'bytes received from the peer (as wg show reports)',
+  roamguard_peer_transmit_bytes_total: 'bytes sent to the peer (as wg show reports)',
+  roamguard_peer_last_handshake_timestamp_seconds: 'Unix time of the last completed handshake (0 = never)',
+  roamguard_peer_last_handshake_age_seconds: 'seconds since the last completed handshake (+Inf = never)',
+  roamguard_peer_endpoint_changes_total: 'endpoint changes because the peer roamed (NAT rebinding, new address)',
+  roamguard_peer_handshake_attempts_total: 'handshake initiations sent to the peer',
+  roamguard_peer_handshake_failures_total: 'handshake initiations the peer did not answer',
+  roamguard_peer_handshakes_total: 'handshakes completed with the peer',
+  roamguard_peer_state: 'the peer\'s state: connected, handshaking, stale, no endpoint (1 for the current one)',
+  roamguard_peer_unreachable: '1 when the peer has no working session (see roamguard_peers_unreachable)',
+};
+
+export class AgentMetrics {
+  readonly registry = new Registry();
+  private readonly now: () => number;
+  private readonly unreachableAfterMs: number;
+  /** Base64 key → since when (wall ms) the peer has not been connected. */
+  private readonly notConnectedSince = new Map<string, number>();
+  private queue: Promise<unknown> = Promise.resolve();
+
+  private readonly gauges = new Map<string, Gauge<string>>();
+  private readonly counters = new Map<string, Counter<string>>();
+
+  constructor(private readonly source: AgentStatusSource, options: AgentMetricsOptions = {}) {
+    this.now = options.now ?? Date.now;
+    this.unreachableAfterMs = options.unreachableAfterMs ?? UNREACHABLE_AFTER_MS;
+    const gauge = (name: string, labelNames: readonly string[] = []) => {
+      this.gauges.set(name, new Gauge({ name, help: METRIC_HELP[name], labelNames: [...labelNames], registers: [this.registry] }));
+    };
+    const counter = (name: string, labelNames: readonly string[] = []) => {
+      this.counters.set(name, new Counter({ name, help: METRIC_HELP[name], labelNames: [...labelNames], registers: [this.registry] }));
+    };
+    gauge('roamguard_agent_ready');
+    gauge('roamguard_agent_state', ['state']);
+    gauge('roamguard_informer_synced');
+    gauge('roamguard_informer_state', ['state']);
+    counter('roamguard_informer_restarts_total');
+    this.registry.registerMetric(this.reconcileSummary());
+    gauge('roamguard_reconcile_last_duration_seconds');
+    counter('roamguard_reconciles_total');
+    counter('roamguard_reconcile_errors_total');
+    gauge('roamguard_mesh_peers');
+    gauge('roamguard_mesh_rejected_nodes');
+    gauge('roamguard_mesh_waiting_nodes');
+    gauge('roamguard_peers_unreachable');
+    gauge('roamguard_dataplane_up');
+    gauge('roamguard_dataplane_counters_available');
+    gauge('roamguard_dataplane_peers');
+    counter('roamguard_dataplane_dropped_packets_total', ['reason']);
+    gauge('roamguard_dataplane_worker_threads');
+    gauge('roamguard_dataplane_worker_queue_depth');
+    counter('roamguard_peer_receive_bytes_total', PEER);
+    counter('roamguard_peer_transmit_bytes_total', PEER);
+    gauge('roamguard_peer_last_handshake_timestamp_seconds', PEER);
+    gauge('roamguard_peer_last_handshake_age_seconds', PEER);
+    counter('roamguard_peer_endpoint_changes_total', PEER);
+    counter('roamguard_peer_handshake_attempts_total', PEER);
+    counter('roamguard_peer_handshake_failures_total', PEER);
+    counter('roamguard_peer_handshakes_total', PEER);
+    gauge('roamguard_peer_state', [...PEER, 'state']);
+    gauge('roamguard_peer_unreachable', PEER);
+    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** A summary without quantiles (`_sum` and `_count`), from the agent's running totals. */
+  private reconcileSummary(): Metric<string> {
+    const name = 'roamguard_reconcile_duration_seconds';
+    const help = METRIC_HELP[name];
+    const source = this.source;
+    return {
+      name, help, type: 'summary', aggregator: 'sum',
+      get: async () => ({
+        name, help, type: 'summary', aggregator: 'sum',
+        values: [
+          { metricName: `${name}_sum`, labels: {}, value: source.reconcileDurationMsTotal / 1000 },
+          { metricName: `${name}_count`, labels: {}, value: source.reconciles + source.reconcileErrors },
+        ],
+      }),
+      reset: () => {},
+    } as unknown as Metric<string>;
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  /** The exposition text: reads the agent and the data plane, then renders (one scrape at a time). */
+  scrape(): Promise<string> {
+    const result = this.queue.then(async () => {
+      this.update(await this.readDataplane());
+      return this.registry.metrics();
+    });
+    this.queue = result.catch(() => {});
+    return result;
+  }
+
+  private async readDataplane(): Promise<DataplaneReading> {
+    const dataplane = this.source.dataplane;
+    if (!dataplane) return {};
+    try {
+      const snapshot = await dataplane.get();
+      let stats: DeviceStats | undefined;
+      try {
+        stats = await dataplane.stats();
+      } catch {
+        stats = undefined; // the counters are extra: a failure here must not hide get's series
+      }
+      return { snapshot, stats };
+    } catch (err) {
+      return { error: (err as Error).message };
+    }
+  }
+
+  private g(name: string): Gauge<string> {
+    return this.gauges.get(name)!;
+  }
+
+  private c(name: string): Counter<string> {
+    return this.counters.get(name)!;
+  }
+
+  /** Sets every series from the source and one data plane reading (exported for tests). */
+  update(reading: DataplaneReading): void {
+    const s = this.source;
+    const now = this.now();
+    for (const metric of [...this.gauges.values(), ...this.counters.values()]) metric.reset();
+
+    this.g('roamguard_agent_ready').set(s.ready ? 1 : 0);
+    for (const state of AGENT_STATES) this.g('roamguard_agent_state').set({ state }, s.state === state ? 1 : 0);
+    const informer = s.informer;
+    this.g('roamguard_informer_synced').set(informer?.synced ? 1 : 0);
+    for (const state of INFORMER_STATES) this.g('roamguard_informer_state').set({ state }, informer?.state === state ? 1 : 0);
+    this.c('roamguard_informer_restarts_total').inc(informer?.restarts ?? 0);
+    if (s.lastReconcileDurationMs !== undefined) this.g('roamguard_reconcile_last_duration_seconds').set(s.lastReconcileDurationMs / 1000);
+    this.c('roamguard_reconciles_total').inc(s.reconciles);
+    this.c('roamguard_reconcile_errors_total').inc(s.reconcileErrors);
+    const mesh = s.lastMesh;
+    this.g('roamguard_mesh_peers').set(mesh?.peers.size ?? 0);
+    this.g('roamguard_mesh_rejected_nodes').set(mesh?.rejected.length ?? 0);
+    this.g('roamguard_mesh_waiting_nodes').set(mesh?.waiting.length ?? 0);
+
+    const { snapshot, stats } = reading;
+    this.g('roamguard_dataplane_up').set(snapshot ? 1 : 0);
+    this.g('roamguard_dataplane_counters_available').set(stats ? 1 : 0);
+    let unreachable = 0;
+    if (snapshot) {
+      this.g('roamguard_dataplane_peers').set(snapshot.peers.length);
+      const peerStats = new Map<string, PeerStats>((stats?.peers ?? []).map((p) => [keyToBase64(p.publicKey), p]));
+      const seen = new Set<string>();
+      for (const peer of snapshot.peers) {
+        const key = keyToBase64(peer.publicKey);
+        seen.add(key);
+        const labels = { node: mesh?.peers.get(key)?.nodeName ?? '', key: key.slice(0, 8) };
+        const counters = peerStats.get(key);
+        this.c('roamguard_peer_receive_bytes_total').inc(labels, peer.rxBytes);
+        this.c('roamguard_peer_transmit_bytes_total').inc(labels, peer.txBytes);
+        const last = peer.lastHandshakeWallMs;
+        this.g('roamguard_peer_last_handshake_timestamp_seconds').set(labels, last > 0 ? last / 1000 : 0);
+        this.g('roamguard_peer_last_handshake_age_seconds').set(labels, last > 0 ? Math.max(0, (now - last) / 1000) : Infinity);
+        if (counters) {
+          this.c('roamguard_peer_endpoint_changes_total').inc(labels, counters.endpointChanges);
+          this.c('roamguard_peer_handshake_attempts_total').inc(labels, counters.handshakeAttempts);
+          this.c('roamguard_peer_handshake_failures_total').inc(labels, counters.handshakeFailures);
+          this.c('roamguard_peer_handshakes_total').inc(labels, counters.handshakesCompleted);
+        }
+        const state = peerState({ hasEndpoint: peer.endpoint !== undefined, lastHandshakeWallMs: last, handshakePending: counters?.handshakePending }, now);
+        for (const st of PEER_STATES) this.g('roamguard_peer_state').set({ ...labels, state: st }, st === state ? 1 : 0);
+        let down = false;
+        if (state === 'connected') this.notConnectedSince.delete(key);
+        else {
+          const since = this.notConnectedSince.get(key) ?? now;
+          this.notConnectedSince.set(key, since);
+          const expected = handshakeExpected({ persistentKeepalive: peer.persistentKeepalive, stagedPackets: counters?.stagedPackets });
+          down = expected && now - since >= this.unreachableAfterMs;
+        }
+        // The agent's own judgement wins when it has one (the same peers its log names).
+        if (s.unreachable) down = s.unreachable.has(key);
+        this.g('roamguard_peer_unreachable').set(labels, down ? 1 : 0);
+        if (down) unreachable++;
+      }
+      for (const key of [...this.notConnectedSince.keys()]) if (!seen.has(key)) this.notConnectedSince.delete(key);
+    }
+    this.g('roamguard_peers_unreachable').set(unreachable);
+    if (stats) {
+      for (const [reason, n] of Object.entries(stats.drops)) this.c('roamguard_dataplane_dropped_packets_total').inc({ reason }, n);
+      this.g('roamguard_dataplane_worker_threads').set(stats.workerThreads);
+      this.g('roamguard_dataplane_worker_queue_depth').set(stats.workerQueueDepth);
+    }
+  }
+}

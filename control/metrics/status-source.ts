@@ -1,0 +1,50 @@
+/**
+ * What the metrics and health endpoints read from the agent: a narrow, read-only view, so the
+ * metrics code never reaches into the agent's internals and tests can hand in a fake.
+ * The agent (control/agent/agent.ts) implements it with fields it mostly has already.
+ */
+import type { MeshState } from '../mesh/desired-peers.ts';
+import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
+import type { DeviceStats } from '../../dataplane/uapi/uapi-stats.ts';
+
+/** The data plane as the metrics read it: a UapiClient (dataplane/uapi/uapi-client.ts) fits. */
+export interface DataplaneReader {
+  get(): Promise<DeviceSnapshot>;
+  /** roamguard's counters; undefined when the data plane has none (wireguard-go). */
+  stats(): Promise<DeviceStats | undefined>;
+}
+
+/** The Node informer as the metrics read it: a NodeWatcher (control/kube/node-watcher.ts) fits. */
+export interface InformerView {
+  readonly state: 'starting' | 'synced' | 'error' | 'stopped';
+  readonly synced: boolean;
+  /** How often the watch was restarted after an error. */
+  readonly restarts: number;
+}
+
+export interface AgentStatusSource {
+  readonly nodeName: string;
+  readonly state: 'starting' | 'running' | 'stopped';
+  /** The informer synced and the tunnel is configured (the agent's first complete pass). */
+  readonly ready: boolean;
+  /** The mesh of the last reconcile pass (peers by public key with their node names, rejections). */
+  readonly lastMesh: MeshState | undefined;
+  /** Successful reconcile passes. */
+  readonly reconciles: number;
+  /** Failed reconcile passes. */
+  readonly reconcileErrors: number;
+  /** Duration of every pass so far, successful or failed, added up (ms). */
+  readonly reconcileDurationMsTotal: number;
+  /** Duration of the last pass (ms); undefined before the first one. */
+  readonly lastReconcileDurationMs: number | undefined;
+  /** Undefined until the informer starts. */
+  readonly informer: InformerView | undefined;
+  /** Undefined when there is no tunnel (FIREWALL_ONLY) or before the agent set it up. */
+  readonly dataplane: DataplaneReader | undefined;
+  /**
+   * Base64 keys of the peers the agent judges to have no working session (the ones it logs as
+   * "may be unreachable"). Without it, the metrics judge for themselves: a peer expected to
+   * handshake that has not been connected for 30 s.
+   */
+  readonly unreachable?: ReadonlySet<string>;
+}

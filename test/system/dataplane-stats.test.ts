@@ -1,0 +1,84 @@
+/**
+ * The data plane's counters (`get=roamguard-stats` on the control socket) against real daemons:
+ * A is `roamguard wg`, B is Debian's wireguard-go, configured with `wg`, over a namespace pair.
+ *
+ * - A answers the counters: a completed handshake, bytes, a roam when B changes its port, drops.
+ * - B (wireguard-go) does not know the operation: the client reports "not supported" and B keeps
+ *   serving `get=1` (its process is unaffected).
+ * - `wg show` works as before and lists exactly the tunnel's interfaces: the counters add no
+ *   socket (a second `*.sock` in /var/run/wireguard would appear as a bogus interface).
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
+import { keyToBase64 } from '../../dataplane/noise/keys.ts';
+import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
+import { createPair, run, Scope, waitFor, WG_SOCKET_DIR } from './netns.ts';
+import { assertPing, describeTunnel, INNER, requireDaemonPrerequisites, startTunnel, type Tunnel } from './userspace-wg.ts';
+
+const scope = new Scope();
+let tunnel: Tunnel;
+
+before(async () => {
+  await requireDaemonPrerequisites(['roamguard-node', 'wireguard-go']);
+  const topo = await createPair(scope);
+  tunnel = await startTunnel(scope, topo, { a: { implementation: 'roamguard-node', threads: 1 }, b: { implementation: 'wireguard-go' } });
+});
+after(async () => { await scope.cleanup(); });
+
+describe('data plane counters over the control socket', { timeout: 120_000 }, () => {
+  test('roamguard answers its counters: handshake, bytes, a roam, every drop reason', async () => {
+    await assertPing(tunnel.a.ns, INNER.b.ipv4, { count: 2, deadlineS: 10 }, `A → B${describeTunnel(tunnel)}`);
+    const client = UapiClient.forInterface(WG_SOCKET_DIR, tunnel.a.ifname);
+    const stats = await client.stats();
+    assert.ok(stats, 'roamguard answers get=roamguard-stats');
+    assert.equal(stats.version, 1);
+    assert.equal(stats.workerThreads, 1);
+    assert.equal(stats.workerQueueDepth, 0);
+    assert.ok('bad-mac1' in stats.drops && 'replay' in stats.drops && 'no-route' in stats.drops && 'allowed-ips-mismatch' in stats.drops, JSON.stringify(stats.drops));
+    assert.equal(stats.peers.length, 1);
+    const peer = stats.peers[0];
+    assert.equal(keyToBase64(peer.publicKey), tunnel.keysB.publicKey);
+    assert.equal(peer.handshakesCompleted, 1);
+    assert.equal(peer.handshakeAttempts, 1, 'A initiated (it sent the first ping)');
+    assert.equal(peer.handshakeFailures, 0);
+    assert.equal(peer.endpointChanges, 0);
+    const dump = await tunnel.a.peer(tunnel.keysB.publicKey);
+    assert.ok(peer.rxBytes > 0 && peer.txBytes > 0);
+    assert.ok(Math.abs(peer.rxBytes - dump!.rxBytes) < 1000, `stats rx ${peer.rxBytes} ≈ wg show rx ${dump!.rxBytes}`);
+
+    // B moves to another UDP port: A learns the new endpoint from B's next authenticated packet.
+    await tunnel.b.wg(['set', tunnel.b.ifname, 'listen-port', '51899']);
+    await assertPing(tunnel.b.ns, INNER.a.ipv4, { count: 1, deadlineS: 10 }, 'B → A from its new port');
+    await waitFor(async () => (await client.stats())!.peers[0].endpointChanges === 1, 5000, { description: 'the roam counted' });
+    assert.match((await tunnel.a.peer(tunnel.keysB.publicKey))!.endpoint ?? '', /:51899$/);
+
+    // A datagram with a bad MAC to A's port is dropped and counted under its reason.
+    const before = (await client.stats())!.drops['bad-mac1'];
+    const junk = `const s=require('node:dgram').createSocket('udp4');const b=Buffer.alloc(148);b[0]=1;s.send(b,51820,${JSON.stringify(tunnel.topo.linkA.ipv4)},()=>s.close());`;
+    await tunnel.b.ns.exec(process.execPath, ['-e', junk]);
+    await waitFor(async () => (await client.stats())!.drops['bad-mac1'] === before + 1, 5000, { description: 'the bad-mac1 drop counted' });
+  });
+
+  test('wireguard-go does not know the operation: "not supported", and it keeps serving get=1', async () => {
+    const client = UapiClient.forInterface(WG_SOCKET_DIR, tunnel.b.ifname);
+    assert.equal(await client.stats(), undefined);
+    const snapshot = await client.get();
+    assert.equal(keyToBase64(snapshot.peers[0].publicKey), tunnel.keysA.publicKey);
+    assert.ok(tunnel.b.process.running, 'wireguard-go still runs');
+  });
+
+  test('`wg show` works unchanged and lists no extra interface', async () => {
+    const interfaces = (await run('wg', ['show', 'interfaces'])).stdout.trim().split(/\s+/);
+    assert.ok(interfaces.includes(tunnel.a.ifname) && interfaces.includes(tunnel.b.ifname), interfaces.join(' '));
+    assert.equal(interfaces.filter((name) => name.startsWith(tunnel.a.ifname)).length, 1, `only ${tunnel.a.ifname} itself: ${interfaces.join(' ')}`);
+    const ours = readdirSync(WG_SOCKET_DIR).filter((f) => f.startsWith(tunnel.a.ifname));
+    assert.deepEqual(ours, [`${tunnel.a.ifname}.sock`], 'one socket per interface');
+    const dump = await tunnel.a.dump();
+    assert.equal(dump.listenPort, 51820);
+    assert.equal(dump.peers[0].publicKey, tunnel.keysB.publicKey);
+    const shown = (await tunnel.a.wg(['show', tunnel.a.ifname])).stdout;
+    assert.match(shown, /latest handshake: (Now|.* ago)/);
+    assert.match(shown, /transfer: .* received, .* sent/);
+  });
+});

@@ -1,0 +1,143 @@
+/**
+ * `roamguard status` and the agent's metrics endpoint against a real data plane: A is
+ * `roamguard wg`, B is Debian's wireguard-go, configured with `wg` over a namespace pair. The Node
+ * objects come from the in-process Kubernetes-API-compatible server (loopback of this process).
+ *
+ * - `roamguard status` names B's node from the Node objects (matched by public key), shows the
+ *   handshake, transfer and state, marks the endpoint as roamed once B moved to another port,
+ *   prints JSON with --json, and falls back to '-' names when the API cannot be reached.
+ * - The metrics server (fake agent state, real control socket) exports B's counters labelled
+ *   with its node and short key, the roam, and the drops by reason; against wireguard-go it
+ *   exports the get=1 series without roamguard's counters.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { request } from 'node:http';
+import { keyToBase64 } from '../../dataplane/noise/keys.ts';
+import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
+import { KubeApiServer } from '../../control/kube/api-server.ts';
+import { startMetricsServer } from '../../control/metrics/server.ts';
+import type { AgentStatusSource, DataplaneReader } from '../../control/metrics/status-source.ts';
+import type { MeshState } from '../../control/mesh/desired-peers.ts';
+import { createPair, run, Scope, waitFor, WG_SOCKET_DIR } from './netns.ts';
+import { assertPing, INNER, PORT_B, REPO_ROOT, requireDaemonPrerequisites, ROAMGUARD_BIN, startTunnel, type Tunnel } from './userspace-wg.ts';
+
+const scope = new Scope();
+let tunnel: Tunnel;
+let api: KubeApiServer;
+
+before(async () => {
+  await requireDaemonPrerequisites(['roamguard-node', 'wireguard-go']);
+  api = new KubeApiServer();
+  await api.start();
+  scope.defer('close the API server', () => api.close());
+  const topo = await createPair(scope);
+  tunnel = await startTunnel(scope, topo, { a: { implementation: 'roamguard-node', threads: 0 }, b: { implementation: 'wireguard-go' } });
+  const nodeObject = (name: string, key: string, address: string, port: number) => ({
+    metadata: { name, annotations: { 'roamguard.io/public-key': key, 'roamguard.io/listen-port': String(port), 'roamguard.io/pod-cidrs': '[]' } },
+    status: { addresses: [{ type: 'InternalIP', address }] },
+  });
+  api.createNode(nodeObject('node-a', tunnel.keysA.publicKey, topo.linkA.ipv4, 51820));
+  api.createNode(nodeObject('node-b', tunnel.keysB.publicKey, topo.linkB.ipv4, PORT_B));
+  await assertPing(tunnel.a.ns, INNER.b.ipv4, { count: 2, deadlineS: 10 }, 'A → B');
+});
+after(async () => { await scope.cleanup(); });
+
+function status(args: string[], env: Record<string, string>) {
+  return run(ROAMGUARD_BIN, ['status', ...args], {
+    cwd: REPO_ROOT, timeoutMs: 30_000, allowFailure: true,
+    env: { WG_INTERFACE: tunnel.a.ifname, WG_SOCKET_DIR, KUBECONFIG: '', NODE_NAME: '', ...env },
+  });
+}
+
+function httpGet(port: number, path: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => { body += c; });
+      res.on('end', () => resolve(body));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+describe('roamguard status and metrics against a real data plane', { timeout: 120_000 }, () => {
+  test('status: a table with node names from the API, then the roamed endpoint, then JSON', async () => {
+    const shortB = tunnel.keysB.publicKey.slice(0, 8);
+    let result = await status([], { KUBE_API_SERVER: api.url });
+    assert.equal(result.code, 0, result.stderr);
+    const lines = result.stdout.split('\n');
+    assert.equal(lines[0], `interface ${tunnel.a.ifname} · node node-a · key ${tunnel.keysA.publicKey.slice(0, 8)} · port 51820 · 1 peer`);
+    assert.match(lines[1], /^NODE +KEY +ENDPOINT +ALLOWED IPS +HANDSHAKE +TRANSFER +STATE$/);
+    assert.match(lines[2], new RegExp(`^node-b +${shortB.replace(/[+/]/g, '\\$&')} +${tunnel.endpointB.replace(/\./g, '\\.')} +10\\.77\\.0\\.2/32,fd77::2/128 +\\d+s ago +rx [\\d.]+ (B|KiB), tx [\\d.]+ (B|KiB) +connected$`), result.stdout);
+    assert.ok(!result.stdout.includes(tunnel.keysB.publicKey), 'the table shows short keys');
+
+    // B moves to another port; A learns it from B's packets: the endpoint is now "roamed".
+    await tunnel.b.wg(['set', tunnel.b.ifname, 'listen-port', '51898']);
+    await assertPing(tunnel.b.ns, INNER.a.ipv4, { count: 1, deadlineS: 10 }, 'B → A from its new port');
+    result = await status(['--json'], { KUBE_API_SERVER: api.url });
+    assert.equal(result.code, 0, result.stderr);
+    const report = JSON.parse(result.stdout);
+    assert.equal(report.node, 'node-a');
+    assert.equal(report.countersAvailable, true);
+    assert.equal(report.peers.length, 1);
+    const peer = report.peers[0];
+    assert.equal(peer.node, 'node-b');
+    assert.equal(peer.publicKey, tunnel.keysB.publicKey);
+    assert.equal(peer.endpoint, `${tunnel.topo.linkB.ipv4}:51898`);
+    assert.equal(peer.expectedEndpoint, tunnel.endpointB);
+    assert.equal(peer.expectedSource, 'published');
+    assert.equal(peer.roamed, true);
+    assert.equal(peer.state, 'connected');
+    assert.equal(peer.counters.endpointChanges, 1);
+    assert.ok(peer.rxBytes > 0 && peer.txBytes > 0);
+    assert.ok(!result.stdout.includes(tunnel.keysA.privateKey), 'never the private key');
+  });
+
+  test('status without a reachable API: names are "-", and it says why', async () => {
+    const [result, missing] = await Promise.all([
+      status([], { KUBE_API_SERVER: 'http://127.0.0.1:9' }),
+      status([], { WG_INTERFACE: 'rgnosuchif0' }),
+    ]);
+    assert.equal(result.code, 0, result.stderr);
+    assert.match(result.stdout.split('\n')[2], /^- +\S{8} +.*connected$/);
+    assert.match(result.stdout, /node names unavailable: cannot read Nodes from the API server/);
+    assert.equal(missing.code, 1);
+    assert.match(missing.stderr, /no data plane answers for rgnosuchif0/);
+  });
+
+  test('metrics: per-peer series from the real control socket, labelled node and short key', async () => {
+    const mesh: MeshState = {
+      peers: new Map([[tunnel.keysB.publicKey, { nodeName: 'node-b', publicKey: tunnel.keysB.publicKey, publicKeyBytes: new Uint8Array(32), allowedIps: [], persistentKeepalive: 0 }]]),
+      rejected: [], waiting: [], clusterPodCidrs: [], tunnelRoutes: [],
+    };
+    const source = (dataplane: DataplaneReader): AgentStatusSource => ({
+      nodeName: 'node-a', state: 'running', ready: true, lastMesh: mesh, reconciles: 1, reconcileErrors: 0,
+      reconcileDurationMsTotal: 20, lastReconcileDurationMs: 20, informer: { state: 'synced', synced: true, restarts: 0 }, dataplane,
+    });
+    const server = await startMetricsServer({ address: '127.0.0.1:0', source: source(UapiClient.forInterface(WG_SOCKET_DIR, tunnel.a.ifname)), defaultMetrics: false });
+    scope.defer('close the metrics server', () => server.close());
+    const labels = `node="node-b",key="${tunnel.keysB.publicKey.slice(0, 8)}"`;
+    await waitFor(async () => /roamguard_peer_endpoint_changes_total\{[^}]*\} 1$/m.test(await httpGet(server.port, '/metrics')), 10_000, { description: 'the roam in the metrics' });
+    const text = await httpGet(server.port, '/metrics');
+    assert.match(text, /^roamguard_dataplane_up 1$/m);
+    assert.match(text, /^roamguard_dataplane_counters_available 1$/m);
+    assert.match(text, /^roamguard_dataplane_worker_threads 0$/m);
+    assert.match(text, new RegExp(`^roamguard_peer_receive_bytes_total\\{${labels.replace(/[+/]/g, '\\$&')}\\} [1-9]\\d*$`, 'm'));
+    assert.match(text, /^roamguard_peer_handshakes_total\{[^}]*\} [1-9]/m);
+    assert.match(text, /^roamguard_peer_state\{[^}]*state="connected"\} 1$/m);
+    assert.match(text, /^roamguard_dataplane_dropped_packets_total\{reason="replay"\} \d+$/m);
+    assert.ok(!text.includes(tunnel.keysB.publicKey), 'no whole key');
+
+    const goServer = await startMetricsServer({ address: '127.0.0.1:0', source: source(UapiClient.forInterface(WG_SOCKET_DIR, tunnel.b.ifname)), defaultMetrics: false });
+    scope.defer('close the second metrics server', () => goServer.close());
+    const goText = await httpGet(goServer.port, '/metrics');
+    assert.match(goText, /^roamguard_dataplane_up 1$/m);
+    assert.match(goText, /^roamguard_dataplane_counters_available 0$/m);
+    assert.match(goText, new RegExp(`^roamguard_peer_transmit_bytes_total\\{node="",key="${tunnel.keysA.publicKey.slice(0, 8).replace(/[+/]/g, '\\$&')}"\\} [1-9]`, 'm'));
+    assert.doesNotMatch(goText, /^roamguard_peer_handshake_attempts_total\{/m);
+    assert.equal(keyToBase64((await UapiClient.forInterface(WG_SOCKET_DIR, tunnel.b.ifname).get()).peers[0].publicKey), tunnel.keysA.publicKey);
+  });
+});
