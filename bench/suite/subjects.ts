@@ -36,9 +36,14 @@ export interface SubjectSpec {
   runtime?: 'node' | 'bun';
   /** roamguard --threads; undefined = the daemon's default (one per core). */
   threads?: number;
+  /** Extra environment of the roamguard daemons (the data path's switches: ROAMGUARD_UDP, …). */
+  env?: Record<string, string>;
   /** Part of a run without --only. */
   byDefault: boolean;
 }
+
+/** The data path as it was before the offload work: piscina pool, node:dgram UDP, plain TUN. */
+const BEFORE_OFFLOADS = { ROAMGUARD_POOL: 'piscina', ROAMGUARD_UDP: 'dgram', ROAMGUARD_TUN_OFFLOAD: '0' };
 
 export const SUBJECTS: readonly SubjectSpec[] = [
   { id: 'raw', label: 'raw veth link', kind: 'raw', byDefault: true },
@@ -47,6 +52,10 @@ export const SUBJECTS: readonly SubjectSpec[] = [
   { id: 'bun', label: 'roamguard bun', kind: 'roamguard', runtime: 'bun', byDefault: true },
   { id: 'bun-t0', label: 'roamguard bun --threads 0', kind: 'roamguard', runtime: 'bun', threads: 0, byDefault: false },
   { id: 'wireguard-go', label: 'wireguard-go', kind: 'wireguard-go', byDefault: true },
+  // Earlier data paths, for before/after figures in one run (only with --only).
+  { id: 'node-piscina', label: 'roamguard node, piscina pool', kind: 'roamguard', runtime: 'node', env: { ROAMGUARD_POOL: 'piscina' }, byDefault: false },
+  { id: 'node-before', label: 'roamguard node, before offloads', kind: 'roamguard', runtime: 'node', env: BEFORE_OFFLOADS, byDefault: false },
+  { id: 'bun-before', label: 'roamguard bun, before offloads', kind: 'roamguard', runtime: 'bun', env: BEFORE_OFFLOADS, byDefault: false },
 ];
 
 /** The bun binary bin/roamguard would use, or undefined. */
@@ -105,7 +114,7 @@ export async function startRoamguard(scope: Scope, ns: Namespace, spec: SubjectS
   if (spec.threads !== undefined) args.push('--threads', String(spec.threads));
   args.push(ifname);
   // verbose logs only lifecycle events (providers, threads, handshakes), never per packet.
-  const proc = scope.spawn(ns, ROAMGUARD_BIN, args, { env: { LOG_LEVEL: logLevel }, label: `roamguard ${spec.runtime} ${ifname} in ${ns.name}` });
+  const proc = scope.spawn(ns, ROAMGUARD_BIN, args, { env: { LOG_LEVEL: logLevel, ...spec.env }, label: `roamguard ${spec.runtime} ${ifname} in ${ns.name}` });
   await waitUntilReady(ns, ifname, proc, 30_000);
   return { side, pid: proc.pid, comm: comm(proc.pid), ifname, process: proc };
 }

@@ -22,6 +22,15 @@
  * dropped and counted in `stats.sendErrors`, as are datagrams the kernel rejects (EMSGSIZE,
  * EHOSTUNREACH, EPERM from a firewall, ...), which are skipped one by one so the rest still leaves.
  *
+ * UDP offloads (default on; `offload: false` or ROAMGUARD_UDP_OFFLOAD=0 turn them off). sendBatch
+ * sends each run of equal-sized datagrams (the last may be shorter; at most 64 datagrams and
+ * 65000 bytes) as one message with a UDP_SEGMENT control message: the kernel takes the run
+ * through its stack once and splits it as late as possible (a veth passes it whole). A kernel or
+ * path that refuses (EINVAL, EIO, EMSGSIZE, ...) turns GSO off for this bind and the rest is sent
+ * one datagram per message. The sockets have UDP_GRO set, so the reader may receive such a run as
+ * one coalesced datagram with its segment size in a control message; the main thread cuts it up
+ * again before the handler sees it, so the handler always gets single datagrams.
+ *
  * Receiving (worker thread). A reader thread (udp-reader-worker.ts) polls both sockets and fills
  * a SharedArrayBuffer ring (udp-ring.ts) with recvmmsg(2), datagram bytes, source sockaddr and
  * length in place; it wakes the main thread (Atomics.waitAsync) once per batch, as the TUN reader
@@ -29,8 +38,10 @@
  * ring (valid during the call) and the source Endpoint, found in a cache keyed by the sockaddr's
  * address and port (so the text form is parsed once per source, not per datagram). open() does
  * not wait for the reader to start (the kernel holds what arrives meanwhile; `ready()` waits).
- * close() stops the reader through an eventfd and the STATE handshake, and closes the sockets only
- * after the reader has stopped using them (a closed fd number could be reused at once).
+ * close() stops the reader through an eventfd and the STATE handshake, delivers what the reader had
+ * already received, and closes the sockets only after the reader has stopped using them (a closed
+ * fd number could be reused at once). At most PUMP_DATAGRAMS datagrams are delivered per turn of
+ * the event loop.
  *
  * Raw pointers. The iovecs and msghdrs hold raw addresses (libc.address: koffi.address() on
  * Node, ptr() from bun:ffi on Bun), taken of SharedArrayBuffer memory only, because its backing
@@ -51,9 +62,10 @@ import { Worker } from 'node:worker_threads';
 import { Endpoint } from '../net/endpoint.ts';
 import { formatIp } from '../net/ip.ts';
 import {
-  AF_INET, AF_INET6, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, EAGAIN, EFD_CLOEXEC, EFD_NONBLOCK, EINTR, IOVEC_SIZE, IPPROTO_IPV6,
-  IPV6_V6ONLY, MMSGHDR_SIZE, MSG_DONTWAIT, SOCKADDR_IN6_SIZE, SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET,
-  SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, SO_SNDBUFFORCE, errnoError, loadLibc, type Libc,
+  AF_INET, AF_INET6, CMSGHDR_SIZE, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, EAGAIN, EFD_CLOEXEC, EFD_NONBLOCK, EINTR, EINVAL, EIO,
+  EMSGSIZE, ENOPROTOOPT, EOPNOTSUPP, IOVEC_SIZE, IPPROTO_IPV6, IPV6_V6ONLY, MMSGHDR_SIZE, MSG_DONTWAIT, SOCKADDR_IN6_SIZE,
+  SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET, SOL_UDP, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF,
+  SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
 import type { Bind, BindStats } from './bind.ts';
 import type { UdpReaderConfig } from './udp-reader-worker.ts';
@@ -68,10 +80,22 @@ const SOCKET_BUFFER_BYTES = 7 * 1024 * 1024;
 const PORT_PICK_ATTEMPTS = 100;
 /** Received endpoints are built once per source and reused; the cache is dropped when it grows past this. */
 const ENDPOINT_CACHE_LIMIT = 4096;
-/** mmsghdr entries per sendmmsg; bigger batches go in several calls (the kernel's limit is 1024). */
+/** mmsghdr entries (and iovecs) per sendmmsg; bigger batches go in several calls (the kernel's limit is 1024). */
 const TX_CAPACITY = 256;
+/** Datagrams per UDP GSO message (UDP_MAX_SEGMENTS is 64 in older kernels, 128 in newer ones). */
+const GSO_MAX_SEGMENTS = 64;
+/** Bytes per UDP GSO message: within the 64 KiB an IP packet (and so a GSO super-datagram) may carry. */
+const GSO_MAX_BYTES = 65000;
+/** errno values of a UDP GSO send that mean "not here": the bind sends without GSO from then on. */
+const GSO_UNSUPPORTED: ReadonlySet<number> = new Set([EINVAL, EIO, EMSGSIZE, ENOPROTOOPT, EOPNOTSUPP]);
 /** Datagrams waiting per socket while the kernel's send buffer is full; more are dropped. */
 const SEND_QUEUE_LIMIT = 4096;
+/**
+ * Datagrams handed to the handler per turn of the event loop (a coalesced slot is finished first).
+ * Without a bound, one wake-up after a stall could turn thousands of coalesced datagrams into
+ * hundreds of crypto batches at once: memory, and a standing queue in front of the workers.
+ */
+const PUMP_DATAGRAMS = 1024;
 /** How long close() waits for the reader to acknowledge the stop request (normally microseconds). */
 const STOP_TIMEOUT_MS = 2000;
 /** How long ready() waits for the reader thread to start (tsx compiles the worker's modules first under Node). */
@@ -113,6 +137,12 @@ export interface FfiUdpBindOptions {
   socketBufferBytes?: number;
   /** The libc binding for the main thread's calls (tests wrap it to inject faults); default loadLibc(). */
   libc?: Libc;
+  /**
+   * UDP segmentation offload for sendBatch (UDP_SEGMENT) and receive offload (UDP_GRO). Default:
+   * on, unless ROAMGUARD_UDP_OFFLOAD=0. Sending falls back to one datagram per message by itself
+   * when the kernel or the path refuses GSO.
+   */
+  offload?: boolean;
 }
 
 /** BindStats plus what only this bind knows. */
@@ -168,34 +198,54 @@ class SendQueue {
   }
 }
 
-/** The long-lived sendmmsg arguments: TX_CAPACITY mmsghdrs, as many iovecs, one sockaddr. */
+/** Bytes of one message's control buffer: CMSG_SPACE(sizeof(uint16_t)) for UDP_SEGMENT. */
+const TX_CONTROL_SIZE = 24;
+
+/**
+ * The long-lived sendmmsg arguments: TX_CAPACITY mmsghdrs, as many iovecs, one sockaddr, and a
+ * UDP_SEGMENT control message per mmsghdr. Message m points at the sockaddr and at its control
+ * buffer for good; its iovec range, iovec count and control length are set per call.
+ */
 class TxArea {
   readonly msgs: Uint8Array;
   readonly msg32: Uint32Array;
   readonly iov32: Uint32Array;
   readonly name: Uint8Array;
-  /** For each mmsghdr entry of the current call, the index of its datagram in the caller's batch. */
-  readonly index = new Int32Array(TX_CAPACITY);
+  /** The control buffers as 16-bit words (the segment size of message m at m * 12 + 8). */
+  readonly control16: Uint16Array;
+  /** Raw address of iovec 0. */
+  readonly iovBase: number;
+  /** Per message of the current call: the index of its first datagram in the caller's batch, and how many it carries. */
+  readonly first = new Int32Array(TX_CAPACITY);
+  readonly datagrams = new Int32Array(TX_CAPACITY);
   /** The name length currently written in every mmsghdr (16 or 28). */
   nameLength = 0;
 
   constructor(libc: Libc) {
     const msgsOffset = 0;
     const iovOffset = TX_CAPACITY * MMSGHDR_SIZE;
-    const nameOffset = iovOffset + TX_CAPACITY * IOVEC_SIZE;
+    const controlOffset = iovOffset + TX_CAPACITY * IOVEC_SIZE;
+    const nameOffset = controlOffset + TX_CAPACITY * TX_CONTROL_SIZE;
     const buffer = new SharedArrayBuffer(nameOffset + NAME_SIZE);
     this.msgs = new Uint8Array(buffer, msgsOffset, TX_CAPACITY * MMSGHDR_SIZE);
     this.msg32 = new Uint32Array(buffer, msgsOffset, (TX_CAPACITY * MMSGHDR_SIZE) / 4);
     this.iov32 = new Uint32Array(buffer, iovOffset, (TX_CAPACITY * IOVEC_SIZE) / 4);
+    this.control16 = new Uint16Array(buffer, controlOffset, (TX_CAPACITY * TX_CONTROL_SIZE) / 2);
     this.name = new Uint8Array(buffer, nameOffset, NAME_SIZE);
     const base = libc.address(new Uint8Array(buffer, 0, 1));
+    this.iovBase = base + iovOffset;
     const view = new DataView(buffer);
     for (let i = 0; i < TX_CAPACITY; i++) {
       const msg = msgsOffset + i * MMSGHDR_SIZE;
       view.setBigUint64(msg, BigInt(base + nameOffset), true); // msg_name
-      view.setBigUint64(msg + 16, BigInt(base + iovOffset + i * IOVEC_SIZE), true); // msg_iov
-      view.setBigUint64(msg + 24, 1n, true); // msg_iovlen
-      // msg_namelen is set per call; msg_control, msg_controllen, msg_flags stay 0.
+      view.setBigUint64(msg + 16, BigInt(base + iovOffset + i * IOVEC_SIZE), true); // msg_iov (set per call)
+      view.setBigUint64(msg + 24, 1n, true); // msg_iovlen (set per call)
+      view.setBigUint64(msg + 32, BigInt(base + controlOffset + i * TX_CONTROL_SIZE), true); // msg_control
+      // msg_namelen and msg_controllen are set per call; msg_flags stays 0.
+      const control = controlOffset + i * TX_CONTROL_SIZE;
+      view.setBigUint64(control, BigInt(CMSGHDR_SIZE + 2), true); // cmsg_len = CMSG_LEN(sizeof(uint16_t))
+      view.setInt32(control + 8, SOL_UDP, true); // cmsg_level
+      view.setInt32(control + 12, UDP_SEGMENT, true); // cmsg_type; the segment size follows at +16
     }
   }
 
@@ -203,6 +253,22 @@ class TxArea {
     if (this.nameLength === length) return;
     for (let i = 0; i < TX_CAPACITY; i++) this.msg32[i * (MMSGHDR_SIZE / 4) + 2] = length;
     this.nameLength = length;
+  }
+
+  /** Message m carries `iovecs` iovecs from iovec `firstIovec`, as one datagram or as segments of `segmentSize` bytes. */
+  setMessage(m: number, firstIovec: number, iovecs: number, segmentSize: number): void {
+    const w = m * (MMSGHDR_SIZE / 4);
+    const address = this.iovBase + firstIovec * IOVEC_SIZE;
+    const low = address >>> 0;
+    this.msg32[w + 4] = low;
+    this.msg32[w + 5] = (address - low) / 4294967296;
+    this.msg32[w + 6] = iovecs;
+    if (iovecs > 1) {
+      this.control16[m * (TX_CONTROL_SIZE / 2) + 8] = segmentSize;
+      this.msg32[w + 10] = TX_CONTROL_SIZE;
+    } else {
+      this.msg32[w + 10] = 0;
+    }
   }
 }
 
@@ -282,6 +348,11 @@ export class FfiUdpBind implements Bind {
   private readonly endpoints4 = new Map<number, Endpoint>();
   private readonly endpoints6 = new Map<number, V6Entry>();
 
+  /** Send runs of equal-sized datagrams as one UDP GSO message (cleared when the kernel refuses it). */
+  private gso: boolean;
+  /** Ask the kernel for coalesced receives (UDP_GRO). */
+  private readonly gro: boolean;
+
   private readonly queue4 = new SendQueue();
   private readonly queue6 = new SendQueue();
   private flushScheduled = false;
@@ -292,6 +363,14 @@ export class FfiUdpBind implements Bind {
     this.bufferBytes = options.socketBufferBytes ?? SOCKET_BUFFER_BYTES;
     this.ringBytes = udpRingOffsets({ slots: this.slots, slotSize: this.slotSize }).total; // validates the layout early
     this.stats = new FfiBindStats([this.queue4, this.queue6]);
+    const offload = options.offload ?? (process.env.ROAMGUARD_UDP_OFFLOAD === undefined || process.env.ROAMGUARD_UDP_OFFLOAD !== '0');
+    this.gso = offload;
+    this.gro = offload;
+  }
+
+  /** Whether sendBatch currently uses UDP GSO (for diagnostics and tests). */
+  get segmentationOffload(): boolean {
+    return this.gso;
   }
 
   /** The sockets' file descriptors (-1 = none), for diagnostics and tests. */
@@ -409,6 +488,12 @@ export class FfiUdpBind implements Bind {
     // The FORCE variants need CAP_NET_ADMIN; without it the plain options apply, capped by the sysctls.
     if (libc.setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, size, 4) !== 0) libc.setsockopt(fd, SOL_SOCKET, SO_RCVBUF, size, 4);
     if (libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, size, 4) !== 0) libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUF, size, 4);
+    if (this.gro) {
+      // Coalesced receives: a kernel without UDP_GRO simply delivers one datagram per message.
+      const one = new Uint8Array(4);
+      new Int32Array(one.buffer)[0] = 1;
+      libc.setsockopt(fd, SOL_UDP, UDP_GRO, one, 4);
+    }
     return fd;
   }
 
@@ -524,9 +609,12 @@ export class FfiUdpBind implements Bind {
     const libc = this.libc!;
     this.session = undefined;
     this.port = 0;
-    session.closed = true;
     const header = session.views.header;
     const previous = this.stopReader(session);
+    // What the reader already took from the sockets is delivered, not dropped (a new listen port
+    // must not cost the datagrams in flight; replies the handler sends meanwhile count as errors).
+    if (Atomics.load(header, STATE) === STATE_STOPPED && !session.closed) this.deliverReady(session, Infinity);
+    session.closed = true;
     if (Atomics.load(header, STATE) !== STATE_STOPPED) {
       // Stuck (it has not answered within STOP_TIMEOUT_MS, though it was running): the sockets
       // may only be closed once the thread is gone.
@@ -565,42 +653,67 @@ export class FfiUdpBind implements Bind {
     setImmediate(() => this.pump(session));
   }
 
-  /** Hands every ready datagram to the handler, in order, then waits for more. */
+  /** Hands every ready datagram to the handler, in order (a bounded number per turn), then waits for more. */
   private pump(session: Session): void {
     session.pumpScheduled = false;
     if (session.closed) return;
+    // Enough for one turn of the event loop: let the crypto results and the TUN side run too.
+    if (this.deliverReady(session, PUMP_DATAGRAMS)) return this.schedulePump(session);
+    if (Atomics.load(session.views.header, STATE) === STATE_STOPPED) return; // the reader is gone (see readerFailed)
+    this.waitForData(session);
+  }
+
+  /**
+   * Delivers the datagrams in the ring, whole slots at a time, until `limit` were handed over;
+   * returns whether slots are left. A throwing handler is a bug in the caller: its error is
+   * rethrown from a microtask, with the ring kept consistent.
+   */
+  private deliverReady(session: Session, limit: number): boolean {
     const { header, lengths, offsets } = session.views;
     const write = Atomics.load(header, WRITE_SEQ);
     let seq = session.readSeq;
     const count = (write - seq) | 0;
+    if (count <= 0) return false;
     let failure: unknown;
-    if (count > 0) {
-      const { buffer, mask, slotSize } = session;
-      const handler = this.handler;
-      const stats = this.stats;
-      stats.batches++;
-      for (let i = 0; i < count && !session.closed; i++) {
-        const slot = seq & mask;
-        seq = (seq + 1) | 0;
-        const length = lengths[slot];
-        if (length < 0) continue; // truncated: counted by the reader
-        const source = this.sourceOf(session.views, slot);
-        if (source === undefined) continue;
+    let more = false;
+    const { buffer, mask, slotSize } = session;
+    const segments = session.views.segments;
+    const handler = this.handler;
+    const stats = this.stats;
+    stats.batches++;
+    let delivered = 0;
+    for (let i = 0; i < count && !session.closed; i++) {
+      if (delivered >= limit) {
+        more = true;
+        break;
+      }
+      const slot = seq & mask;
+      seq = (seq + 1) | 0;
+      const length = lengths[slot];
+      if (length < 0) continue; // truncated: counted by the reader
+      const source = this.sourceOf(session.views, slot);
+      if (source === undefined) continue;
+      const start = offsets.data + slot * slotSize;
+      // One datagram, or (UDP GRO) several of `size` bytes back to back, the last maybe shorter.
+      const size = segments[slot];
+      const step = size > 0 && size < length ? size : Math.max(length, 1);
+      let offset = 0;
+      do {
         stats.received++;
         try {
-          handler(new Uint8Array(buffer, offsets.data + slot * slotSize, length), source);
+          handler(new Uint8Array(buffer, start + offset, Math.min(step, length - offset)), source);
         } catch (err) {
           failure ??= err ?? new Error('UDP datagram handler threw a nullish value');
         }
-      }
-      session.readSeq = write;
-      Atomics.store(header, READ_SEQ, write);
-      Atomics.notify(header, READ_SEQ);
+        offset += step;
+        delivered++;
+      } while (offset < length && !session.closed);
     }
-    // A throwing handler is a bug in the caller: surface it, with the ring kept consistent.
+    session.readSeq = seq;
+    Atomics.store(header, READ_SEQ, seq);
+    Atomics.notify(header, READ_SEQ);
     if (failure !== undefined) queueMicrotask(() => { throw failure; });
-    if (Atomics.load(header, STATE) === STATE_STOPPED) return; // the reader is gone (see readerFailed)
-    this.waitForData(session);
+    return more;
   }
 
   /** The Endpoint of slot `slot`'s source address, from the cache when this source was seen before. */
@@ -677,17 +790,26 @@ export class FfiUdpBind implements Bind {
   sendBatch(to: Endpoint, data: Uint8Array, stride: number, lengths: ArrayLike<number>, count: number): void {
     // The kernel reads what the iovecs say: only offsets inside `data` may ever reach them.
     if (!Number.isSafeInteger(stride) || stride < 0) throw new RangeError(`bad stride ${stride}`);
+    this.sendRange(to, data, stride, lengths, 0, count);
+  }
+
+  /**
+   * Datagrams [from, count) of a batch (see sendBatch). With UDP GSO, runs of datagrams of one size
+   * (the last of a run may be shorter) leave as one message with a UDP_SEGMENT control message: the
+   * kernel takes each run through its stack once, and a receiver with UDP_GRO gets it in one piece.
+   */
+  private sendRange(to: Endpoint, data: Uint8Array, stride: number, lengths: ArrayLike<number>, from: number, count: number): void {
     const s = this.session;
     const fd = s === undefined ? -1 : to.family === 4 ? s.fd4 : s.fd6;
     if (fd < 0) {
-      for (let i = 0; i < count; i++) if (lengths[i] > 0) this.stats.sendErrors++;
+      for (let i = from; i < count; i++) if (lengths[i] > 0) this.stats.sendErrors++;
       return;
     }
     const buffer = data.buffer;
     const queue = to.family === 4 ? this.queue4 : this.queue6;
     if (!queue.empty || !(buffer instanceof SharedArrayBuffer) || data.length === 0) {
       // Behind queued datagrams (order), or memory that may move: one by one (send copies only what it must queue).
-      for (let i = 0; i < count; i++) {
+      for (let i = from; i < count; i++) {
         const length = lengths[i];
         const start = i * stride;
         if (!(length > 0)) continue;
@@ -707,14 +829,19 @@ export class FfiUdpBind implements Bind {
     const name = this.sockaddrOf(to);
     tx.name.set(name);
     tx.setNameLength(name.length);
-    const { iov32, index, msgs } = tx;
+    const { iov32, first, datagrams, msgs } = tx;
     const limit = data.length;
     const stats = this.stats;
-    let i = 0;
+    const gso = this.gso;
+    let i = from;
     while (i < count) {
-      // Fill up to TX_CAPACITY entries: iovec n = datagram i, in place.
-      let n = 0;
-      for (; i < count && n < TX_CAPACITY; i++) {
+      // Fill up to TX_CAPACITY messages and iovecs: iovec v = datagram i, in place.
+      let m = 0;
+      let v = 0;
+      let runSize = 0; // segment size of the open GSO run (0 = no run open)
+      let runStart = 0; // its first iovec
+      let runBytes = 0;
+      for (; i < count; i++) {
         const length = lengths[i] | 0;
         if (length <= 0) continue;
         const start = i * stride;
@@ -722,41 +849,59 @@ export class FfiUdpBind implements Bind {
           stats.sendErrors++;
           continue;
         }
+        const joins = runSize > 0 && length <= runSize && v - runStart < GSO_MAX_SEGMENTS && runBytes + length <= GSO_MAX_BYTES;
+        if (!joins) {
+          if (m === TX_CAPACITY || v === TX_CAPACITY) break;
+          first[m] = i;
+          datagrams[m] = 0;
+          m++;
+          runStart = v;
+          runBytes = 0;
+          runSize = gso ? length : 0;
+        } else if (v === TX_CAPACITY) {
+          break;
+        }
         const address = base + start;
         const low = address >>> 0;
-        const v = n << 2;
-        iov32[v] = low;
-        iov32[v + 1] = (address - low) / 4294967296;
-        iov32[v + 2] = length;
-        index[n++] = i;
+        const w = v << 2;
+        iov32[w] = low;
+        iov32[w + 1] = (address - low) / 4294967296;
+        iov32[w + 2] = length;
+        v++;
+        runBytes += length;
+        datagrams[m - 1]++;
+        tx.setMessage(m - 1, runStart, v - runStart, runSize);
+        if (length < runSize) runSize = 0; // a shorter datagram ends its run
       }
       let done = 0;
-      while (done < n) {
-        const sent = libc.sendmmsg(fd, done === 0 ? msgs : msgs.subarray(done * MMSGHDR_SIZE), n - done, MSG_DONTWAIT);
+      while (done < m) {
+        const sent = libc.sendmmsg(fd, done === 0 ? msgs : msgs.subarray(done * MMSGHDR_SIZE), m - done, MSG_DONTWAIT);
         if (sent > 0) {
+          for (let k = done; k < done + sent; k++) stats.sent += datagrams[k];
           done += sent;
-          stats.sent += sent;
           continue;
         }
         const errno = libc.errno();
         if (errno === EINTR) continue;
         if (errno === EAGAIN) {
           // The send buffer is full: queue copies of the rest, in order.
-          for (let k = done; k < n; k++) {
-            const start = index[k] * stride;
-            this.enqueue(queue, name, data.subarray(start, start + lengths[index[k]]));
-          }
-          for (; i < count; i++) {
-            const length = lengths[i] | 0;
-            const start = i * stride;
+          for (let k = first[done]; k < count; k++) {
+            const length = lengths[k] | 0;
+            const start = k * stride;
             if (length <= 0) continue;
             if (start + length > limit) stats.sendErrors++;
             else this.enqueue(queue, name, data.subarray(start, start + length));
           }
           return;
         }
-        // The kernel refused datagram `done` (too large, unreachable, filtered): skip it, send the rest.
-        stats.sendErrors++;
+        if (datagrams[done] > 1 && GSO_UNSUPPORTED.has(errno)) {
+          // This path or kernel does not take UDP GSO (e.g. a path MTU below the datagram size): without it from now on.
+          this.gso = false;
+          this.sendRange(to, data, stride, lengths, first[done], count);
+          return;
+        }
+        // The kernel refused message `done` (too large, unreachable, filtered): skip it, send the rest.
+        stats.sendErrors += datagrams[done];
         done++;
       }
     }

@@ -1,12 +1,13 @@
 /**
- * Which Bind the daemon uses: `dgram` (UdpBind over node:dgram; the default) or `ffi` (FfiUdpBind:
- * own sockets through FFI, sendmmsg/recvmmsg, a reader thread; opt-in until a hang seen in the
- * open/close stress test with it as the default is understood). The environment variable
- * ROAMGUARD_UDP chooses when no kind is passed.
+ * Which Bind the daemon uses: `ffi` (FfiUdpBind: own sockets through FFI, sendmmsg/recvmmsg with
+ * UDP GSO/GRO, a reader thread; the default) or `dgram` (UdpBind over node:dgram, one system call
+ * and one callback per datagram). The environment variable ROAMGUARD_UDP chooses when no kind is
+ * passed.
  *
  * Measured (bench/udp-micro.ts, Node, 1452 B): dgram send 9.5 us and receive 5.3 us of main-thread
- * time per datagram; ffi batched send 3.6 us, receive 1.65 us. Through the daemon against
- * wireguard-go (iperf3): receiving 228 -> 357 Mbit/s, sending 224 -> 246 Mbit/s.
+ * time per datagram; ffi batched send 3.6 us, receive 1.65 us, before UDP GSO/GRO cut the kernel's
+ * work per datagram as well. Through the bench suite (iperf3, one TCP stream, TUN offloads on):
+ * tunnel CPU per GB 76-108 s (dgram) -> 30-50 s (ffi), see the commit message for the runs.
  */
 import type { Bind } from './bind.ts';
 import { FfiUdpBind } from './ffi-udp-bind.ts';
@@ -14,11 +15,11 @@ import { UdpBind } from './udp-bind.ts';
 
 export type BindKind = 'dgram' | 'ffi';
 
-export function createBind(kind: string = process.env.ROAMGUARD_UDP ?? 'dgram'): Bind {
+export function createBind(kind: string = process.env.ROAMGUARD_UDP ?? 'ffi'): Bind {
   switch (kind) {
-    case '':
     case 'dgram':
       return new UdpBind();
+    case '':
     case 'ffi':
       return new FfiUdpBind();
     default:

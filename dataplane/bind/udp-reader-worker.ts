@@ -14,9 +14,11 @@
  * bound again in this thread (koffi or bun:ffi).
  */
 import { workerData } from 'node:worker_threads';
-import { EAGAIN, EBADF, EINTR, MSG_DONTWAIT, MSG_TRUNC, MMSGHDR_SIZE, IOVEC_SIZE, POLLIN, POLLNVAL, SOCKADDR_IN6_SIZE, loadLibc, type Libc } from '../sys/libc.ts';
 import {
-  LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING,
+  CMSGHDR_SIZE, EAGAIN, EBADF, EINTR, MSG_DONTWAIT, MSG_TRUNC, MMSGHDR_SIZE, IOVEC_SIZE, POLLIN, POLLNVAL, SOCKADDR_IN6_SIZE, SOL_UDP,
+  UDP_GRO, loadLibc, type Libc } from '../sys/libc.ts';
+import {
+  CONTROL_SIZE, LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING,
   STATE_STOP_REQUESTED, TRUNCATED, WRITE_SEQ, udpRingViews } from './udp-ring.ts';
 import { finishReader } from '../tun/ring.ts';
 
@@ -49,8 +51,8 @@ function buildMessageHeaders(libc: Libc, config: UdpReaderConfig, offsets: Retur
     view.setUint32(msg + 8, SOCKADDR_IN6_SIZE, true); // msg_namelen (room for either family)
     view.setBigUint64(msg + 16, BigInt(base + iov), true); // msg_iov
     view.setBigUint64(msg + 24, 1n, true); // msg_iovlen
-    view.setBigUint64(msg + 32, 0n, true); // msg_control
-    view.setBigUint64(msg + 40, 0n, true); // msg_controllen
+    view.setBigUint64(msg + 32, BigInt(base + offsets.controls + i * CONTROL_SIZE), true); // msg_control
+    view.setBigUint64(msg + 40, BigInt(CONTROL_SIZE), true); // msg_controllen
     view.setUint32(msg + 48, 0, true); // msg_flags
     view.setUint32(msg + 56, 0, true); // msg_len
     view.setBigUint64(iov, BigInt(base + offsets.data + i * slotSize), true); // iov_base
@@ -60,7 +62,10 @@ function buildMessageHeaders(libc: Libc, config: UdpReaderConfig, offsets: Retur
 
 export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
   const { fds, wakeFd, buffer, slots } = config;
-  const { header, lengths, offsets } = udpRingViews(buffer, config);
+  const { header, lengths, segments, offsets } = udpRingViews(buffer, config);
+  // The control buffers as 32-bit words: per slot, cmsg_len at +0, cmsg_level at +2, cmsg_type at +3, the value at +4.
+  const control32 = new Int32Array(buffer, offsets.controls, (slots * CONTROL_SIZE) / 4);
+  const CONTROL_WORDS = CONTROL_SIZE / 4;
   if (Atomics.compareExchange(header, STATE, STATE_BOOTING, STATE_RUNNING) !== STATE_BOOTING) return; // closed before we began
   buildMessageHeaders(libc, config, offsets);
   Atomics.notify(header, STATE); // open() waits for STATE_RUNNING
@@ -111,7 +116,11 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
           } else {
             lengths[slot] = msg32[words + 14];
           }
+          // A coalesced datagram (UDP GRO) comes with its segment size as a control message.
+          const c = slot * CONTROL_WORDS;
+          segments[slot] = msg32[words + 10] >= CMSGHDR_SIZE + 4 && control32[c + 2] === SOL_UDP && control32[c + 3] === UDP_GRO ? control32[c + 4] : 0;
           msg32[words + 2] = SOCKADDR_IN6_SIZE; // the kernel wrote the actual name length back
+          msg32[words + 10] = CONTROL_SIZE; // and the control length
         }
         write = (write + n) | 0;
         Atomics.store(header, WRITE_SEQ, write);

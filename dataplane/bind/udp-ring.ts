@@ -10,6 +10,8 @@
  *   header   HEADER_INTS int32 (tun/ring.ts indices, plus TRUNCATED below)
  *   lengths  int32 per slot: the datagram length, or -1 when it did not fit its slot
  *   names    32 bytes per slot: the source address (struct sockaddr_in or sockaddr_in6, 28 bytes)
+ *   segments int32 per slot: with UDP GRO, the size of the datagrams a coalesced slot holds (0 = one datagram)
+ *   controls 32 bytes per slot: the control message the kernel writes (UDP_GRO's segment size)
  *   msgs     one struct mmsghdr per slot (64 bytes), built once by the worker
  *   iovecs   one struct iovec per slot (16 bytes): the slot's data
  *   data     `slotSize` bytes per slot, page-aligned
@@ -32,8 +34,13 @@ export const TRUNCATED = 7;
 
 /** Bytes reserved per source address (sizeof(struct sockaddr_in6) = 28, rounded up). */
 export const NAME_SIZE = 32;
-/** 512 slots of 64 KiB: any UDP datagram fits whole; only the touched pages of a slot cost memory. */
-export const UDP_RING_SLOTS = 512;
+/** Bytes of control buffer per slot: CMSG_SPACE(sizeof(int)) = 24 for UDP_GRO, rounded up. */
+export const CONTROL_SIZE = 32;
+/**
+ * 256 slots of 64 KiB: any UDP datagram, or a UDP GRO run of them, fits whole; only the touched
+ * pages of a slot cost memory (with GRO a slot is often full: 16 MiB at most).
+ */
+export const UDP_RING_SLOTS = 256;
 export const UDP_SLOT_SIZE = 65536;
 
 export interface UdpRingLayout {
@@ -44,6 +51,8 @@ export interface UdpRingLayout {
 export interface UdpRingOffsets {
   lengths: number;
   names: number;
+  segments: number;
+  controls: number;
   msgs: number;
   iovecs: number;
   data: number;
@@ -58,15 +67,19 @@ export function udpRingOffsets(layout: UdpRingLayout): UdpRingOffsets {
   if (!Number.isInteger(slotSize) || slotSize < 64 || slotSize % 8 !== 0) throw new RangeError(`bad slot size ${slotSize}`);
   const lengths = HEADER_INTS * 4;
   const names = align(lengths + slots * 4, 64);
-  const msgs = align(names + slots * NAME_SIZE, 64);
+  const segments = align(names + slots * NAME_SIZE, 64);
+  const controls = align(segments + slots * 4, 64);
+  const msgs = align(controls + slots * CONTROL_SIZE, 64);
   const iovecs = msgs + slots * MMSGHDR_SIZE;
   const data = align(iovecs + slots * IOVEC_SIZE, 4096);
-  return { lengths, names, msgs, iovecs, data, total: data + slots * slotSize };
+  return { lengths, names, segments, controls, msgs, iovecs, data, total: data + slots * slotSize };
 }
 
 export interface UdpRingViews {
   header: Int32Array;
   lengths: Int32Array;
+  /** Per slot: the segment size of a coalesced (UDP GRO) slot, else 0. */
+  segments: Int32Array;
   /** All source addresses, NAME_SIZE bytes per slot, as bytes and as 16- and 32-bit words. */
   names: Uint8Array;
   names16: Uint16Array;
@@ -80,6 +93,7 @@ export function udpRingViews(buffer: SharedArrayBuffer, layout: UdpRingLayout): 
   return {
     header: new Int32Array(buffer, 0, HEADER_INTS),
     lengths: new Int32Array(buffer, offsets.lengths, layout.slots),
+    segments: new Int32Array(buffer, offsets.segments, layout.slots),
     names: new Uint8Array(buffer, offsets.names, layout.slots * NAME_SIZE),
     names16: new Uint16Array(buffer, offsets.names, (layout.slots * NAME_SIZE) / 2),
     names32: new Uint32Array(buffer, offsets.names, (layout.slots * NAME_SIZE) / 4),

@@ -18,7 +18,8 @@ import type { Crypto } from '../crypto/primitives.ts';
 import type { Bind } from '../bind/bind.ts';
 import type { Tun } from '../tun/tun.ts';
 import { silentLogger, type Logger } from '../log.ts';
-import { SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../pool/crypto-pool.ts';
+import { SplitCryptoPool, type CryptoPool } from '../pool/crypto-pool.ts';
+import { createWorkerPool } from '../pool/select-pool.ts';
 import { BatchPool, slotSizeForMtu } from '../pool/packet-batch.ts';
 import { OutboundPipeline } from './send.ts';
 import { InboundPipeline } from './receive.ts';
@@ -51,6 +52,27 @@ export class Device {
   fwmark = 0;
   private ticker: ReturnType<typeof setInterval> | undefined;
   private readonly single: Uint8Array[] = [new Uint8Array(0)];
+  /** Packets delivered during one inbound batch (views into the batch, valid until its end). */
+  private collecting = false;
+  private readonly collected: Uint8Array[] = [];
+  private collectedCount = 0;
+  /** The inbound pipeline brackets each batch's delivery with these: one TUN write call per batch. */
+  private readonly delivery = {
+    begin: (): void => {
+      this.collecting = true;
+    },
+    end: (): void => {
+      this.collecting = false;
+      const count = this.collectedCount;
+      if (count === 0) return;
+      this.collectedCount = 0;
+      try {
+        this.tun.write(this.collected, count);
+      } finally {
+        this.collected.fill(undefined as unknown as Uint8Array, 0, count);
+      }
+    },
+  };
   private closed = false;
   readonly pool: CryptoPool | undefined;
   private readonly givenPool: CryptoPool | undefined;
@@ -73,6 +95,11 @@ export class Device {
       outputs: {
         sendDatagram: (to, datagram) => this.bind.send(to, datagram),
         deliverPacket: (packet) => {
+          if (this.collecting) {
+            // Inside an inbound batch: written together at its end (the TUN may coalesce them).
+            this.collected[this.collectedCount++] = packet;
+            return;
+          }
           this.single[0] = packet;
           this.tun.write(this.single, 1);
         },
@@ -85,13 +112,13 @@ export class Device {
     });
     this.givenPool = options.pool;
     const threads = options.threads ?? 0;
-    const workers = options.pool === undefined && threads > 0 ? new WorkerCryptoPool(threads) : undefined;
+    const workers = options.pool === undefined && threads > 0 ? createWorkerPool(threads) : undefined;
     this.pool = options.pool ?? (workers ? new SplitCryptoPool(options.crypto, workers) : undefined);
     this.queuedPool = workers ?? (options.pool as { readonly queueDepth?: number } | undefined);
     if (this.pool) {
       const batches = new BatchPool(slotSizeForMtu(Math.max(this.tun.mtu, 1500)));
       this.outbound = new OutboundPipeline(this.core, this.bind, this.pool, batches);
-      this.inbound = new InboundPipeline(this.core, this.pool, batches);
+      this.inbound = new InboundPipeline(this.core, this.pool, batches, this.delivery);
       const inbound = this.inbound;
       this.bind.onReceive((datagram, source) => inbound.receive(datagram, source));
     } else {
@@ -108,6 +135,7 @@ export class Device {
     this.tun.start(outbound
       ? (packets, count) => outbound.handle(packets, count)
       : (packets, count) => { for (let i = 0; i < count; i++) this.core.sendPacket(packets[i]); });
+    await this.tun.ready?.(); // the daemon reports ready only once packets are really read
     this.ticker = setInterval(() => this.core.tick(), TICK_INTERVAL_MS);
     this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, crypto threads ${this.pool?.threads ?? 0}`);
   }
@@ -119,8 +147,9 @@ export class Device {
   /** Rebinds the UDP sockets; rejects (code EADDRINUSE) when the port is taken. */
   async setListenPort(port: number): Promise<void> {
     if (port === this.bind.port) return;
+    // Not awaiting bind.ready(): a new reader thread may take a while to start (the kernel keeps
+    // what arrives meanwhile), and the control socket must answer at once.
     await this.bind.open(port);
-    await this.bind.ready?.();
     this.logger.verbose(`UDP port is now ${this.bind.port}`);
   }
 

@@ -38,6 +38,8 @@ export class InboundPipeline {
     private readonly core: WireGuardCore,
     private readonly pool: CryptoPool,
     private readonly batches: BatchPool,
+    /** Brackets each batch's delivery (the device then writes the batch's packets to the TUN at once). */
+    private readonly delivery?: { begin(): void; end(): void },
   ) {}
 
   /** Handles one datagram from the bind. */
@@ -109,14 +111,20 @@ export class InboundPipeline {
   /** The ordered step: everything that must see packets in the order they arrived. */
   private deliver(pending: InboundBatch): void {
     const { peer, keypair, batch, sizes, sources } = pending;
-    for (let i = 0; i < batch.count; i++) {
-      const length = batch.lengths[i];
-      if (length < 0) {
-        this.core.drops.count('decryption-failed');
-        continue;
+    const delivery = this.delivery;
+    delivery?.begin();
+    try {
+      for (let i = 0; i < batch.count; i++) {
+        const length = batch.lengths[i];
+        if (length < 0) {
+          this.core.drops.count('decryption-failed');
+          continue;
+        }
+        const slot = batch.slot(i);
+        this.core.finishTransport(peer, keypair, batch.counters[i], slot.subarray(16, 16 + length), sizes[i], sources[i]);
       }
-      const slot = batch.slot(i);
-      this.core.finishTransport(peer, keypair, batch.counters[i], slot.subarray(16, 16 + length), sizes[i], sources[i]);
+    } finally {
+      delivery?.end(); // before the batch's memory is reused
     }
     this.recycle(pending);
   }

@@ -1,33 +1,108 @@
 /**
- * A crypto worker thread (run by piscina): seals or opens one PacketBatch per task, in place in
- * shared memory. It picks its crypto provider the same way the main thread does.
+ * A crypto worker thread of WorkerCryptoPool (crypto-pool.ts): seals or opens whole PacketBatches
+ * in place in shared memory, taking task descriptors from its ring (task-ring.ts) in order. It
+ * picks its crypto provider the same way the main thread does, then never returns to its event
+ * loop: it parks in Atomics.wait when it has nothing to do, and reads batch registrations from
+ * its MessagePort synchronously (receiveMessageOnPort) when a task names a batch it does not know
+ * yet. Runs under Node (started through a tsx trampoline, see crypto-pool.ts) and Bun alike.
  */
+import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
 import { selectCrypto } from '../crypto/select.ts';
-import { openBatch, sealBatch } from './batch-crypto.ts';
+import type { Crypto } from '../crypto/primitives.ts';
+import { openBatch, sealBatch, type BatchView } from './batch-crypto.ts';
+import {
+  COMPLETED, DONE, MAIN_WAITING, OP_SEAL, STATE, STATE_FAILED, STATE_READY, STATE_STOP, STATE_STOPPED, SUBMITTED, TASK_BYTES,
+  TASK_SLOTS, T_BATCH, T_COUNT, T_KEY, T_MTU, T_OP, T_RECEIVER, T_STATUS, WORKER_WAITING,
+  type BatchRegistration, type BatchRelease, type CryptoWorkerConfig,
+} from './task-ring.ts';
 
-export interface CryptoTask {
-  op: 'seal' | 'open';
-  data: SharedArrayBuffer;
-  lengths: SharedArrayBuffer;
-  counters: SharedArrayBuffer;
-  slotSize: number;
-  count: number;
-  key: Uint8Array;
-  receiverIndex: number;
-  mtu: number;
+export function runCryptoWorker(crypto: Crypto, config: CryptoWorkerConfig): void {
+  const control = new Int32Array(config.control);
+  const shared = new Int32Array(config.shared);
+  const tasks32 = new Int32Array(config.tasks);
+  const tasks8 = new Uint8Array(config.tasks);
+  const port = config.port as MessagePort;
+  const keys: Uint8Array[] = [];
+  for (let i = 0; i < TASK_SLOTS; i++) keys.push(tasks8.subarray(i * TASK_BYTES + T_KEY, i * TASK_BYTES + T_KEY + 32));
+  const batches = new Map<number, BatchView>();
+  const WORDS = TASK_BYTES / 4;
+  const mask = TASK_SLOTS - 1;
+
+  /** Applies every registration and release waiting on the port. */
+  const drainPort = () => {
+    for (;;) {
+      const received = receiveMessageOnPort(port);
+      if (received === undefined) return;
+      const message = received.message as BatchRegistration | BatchRelease;
+      if ('release' in message) {
+        batches.delete(message.release);
+      } else {
+        batches.set(message.id, {
+          data: new Uint8Array(message.data),
+          lengths: new Int32Array(message.lengths),
+          counters: new Float64Array(message.counters),
+          slotSize: message.slotSize,
+          count: 0,
+        });
+      }
+    }
+  };
+
+  let next = Atomics.load(control, COMPLETED);
+  Atomics.store(control, STATE, STATE_READY);
+  Atomics.notify(control, STATE);
+  for (;;) {
+    if (Atomics.load(control, SUBMITTED) === next) {
+      if (Atomics.load(control, STATE) === STATE_STOP) break;
+      drainPort(); // releases of collected batches, while idle
+      Atomics.store(control, WORKER_WAITING, 1);
+      if (Atomics.load(control, SUBMITTED) === next && Atomics.load(control, STATE) !== STATE_STOP) {
+        Atomics.wait(control, SUBMITTED, next);
+      }
+      Atomics.store(control, WORKER_WAITING, 0);
+      continue;
+    }
+    const slot = next & mask;
+    const w = slot * WORDS;
+    let batch = batches.get(tasks32[w + T_BATCH]);
+    if (batch === undefined) {
+      drainPort(); // registered just before this task was submitted
+      batch = batches.get(tasks32[w + T_BATCH]);
+    }
+    let status = -1;
+    if (batch !== undefined) {
+      const key = keys[slot];
+      batch.count = tasks32[w + T_COUNT];
+      try {
+        if (tasks32[w + T_OP] === OP_SEAL) sealBatch(crypto, key, tasks32[w + T_RECEIVER] >>> 0, tasks32[w + T_MTU], batch);
+        else openBatch(crypto, key, batch);
+        status = 0;
+      } catch {
+        status = -1;
+      }
+      key.fill(0);
+    }
+    tasks32[w + T_STATUS] = status;
+    next = (next + 1) | 0;
+    Atomics.store(control, COMPLETED, next);
+    Atomics.add(shared, DONE, 1);
+    if (Atomics.load(shared, MAIN_WAITING) !== 0 && Atomics.exchange(shared, MAIN_WAITING, 0) !== 0) {
+      Atomics.notify(shared, DONE);
+    }
+  }
+  Atomics.store(control, STATE, STATE_STOPPED);
+  Atomics.notify(control, STATE);
 }
 
-const crypto = await selectCrypto();
-
-export default function run(task: CryptoTask): number {
-  const batch = {
-    data: new Uint8Array(task.data),
-    lengths: new Int32Array(task.lengths),
-    counters: new Float64Array(task.counters),
-    slotSize: task.slotSize,
-    count: task.count,
-  };
-  if (task.op === 'seal') sealBatch(crypto, task.key, task.receiverIndex, task.mtu, batch);
-  else openBatch(crypto, task.key, batch);
-  return task.count;
+const config = workerData as CryptoWorkerConfig | undefined;
+if (config && config.control instanceof SharedArrayBuffer && config.tasks instanceof SharedArrayBuffer) {
+  let crypto: Crypto | undefined;
+  try {
+    crypto = await selectCrypto();
+  } catch {
+    const control = new Int32Array(config.control);
+    Atomics.store(control, STATE, STATE_FAILED);
+    Atomics.notify(control, STATE);
+  }
+  if (crypto) runCryptoWorker(crypto, config);
 }

@@ -40,6 +40,13 @@ export const SO_RCVBUFFORCE = 33;
 export const SO_MARK = 36;
 export const IPPROTO_IPV6 = 41;
 export const IPV6_V6ONLY = 26;
+export const SOL_UDP = 17;
+/** UDP generic segmentation offload: a uint16_t segment size, as a cmsg on sendmsg (or a socket option). */
+export const UDP_SEGMENT = 103;
+/** UDP generic receive offload: an int socket option; received super-datagrams carry their segment size as a cmsg. */
+export const UDP_GRO = 104;
+/** sizeof(struct cmsghdr) on 64-bit Linux (size_t cmsg_len, int cmsg_level, int cmsg_type). */
+export const CMSGHDR_SIZE = 16;
 export const MSG_TRUNC = 0x20;
 export const MSG_DONTWAIT = 0x40;
 /** sizeof(struct sockaddr_in) and sizeof(struct sockaddr_in6). */
@@ -62,6 +69,9 @@ export const EBADF = 9;
 export const EAGAIN = 11;
 export const ENODEV = 19;
 export const EINVAL = 22;
+export const EMSGSIZE = 90;
+export const ENOPROTOOPT = 92;
+export const EOPNOTSUPP = 95;
 export const EAFNOSUPPORT = 97;
 export const EADDRINUSE = 98;
 export const EADDRNOTAVAIL = 99;
@@ -73,6 +83,13 @@ export const DEVICE_GONE_ERRNOS: ReadonlySet<number> = new Set([EBADFD, EIO, ENX
 export const TUNSETIFF = 0x400454ca;
 export const IFF_TUN = 0x0001;
 export const IFF_NO_PI = 0x1000;
+/** Every read and write starts with a struct virtio_net_hdr (tun/offload.ts). */
+export const IFF_VNET_HDR = 0x4000;
+/** `_IOW('T', 208, unsigned int)`: the offloads the reader accepts; the argument is the value itself. */
+export const TUNSETOFFLOAD = 0x400454d0;
+export const TUN_F_CSUM = 0x01;
+export const TUN_F_TSO4 = 0x02;
+export const TUN_F_TSO6 = 0x04;
 export const SIOCGIFMTU = 0x8921;
 export const SIOCSIFMTU = 0x8922;
 /** IFNAMSIZ: 16 bytes including the terminating NUL. */
@@ -89,6 +106,8 @@ export interface Libc {
   open(path: Uint8Array, flags: number, mode: number): number;
   close(fd: number): number;
   ioctl(fd: number, request: number, arg: Uint8Array): number;
+  /** ioctl with an integer argument passed by value (TUNSETOFFLOAD). */
+  ioctlValue(fd: number, request: number, value: number): number;
   read(fd: number, buf: Uint8Array, count: number): number;
   write(fd: number, buf: Uint8Array, count: number): number;
   /** `fds` holds `nfds` struct pollfd (8 bytes each: int fd, short events, short revents). */
@@ -152,6 +171,7 @@ async function bindWithKoffi(): Promise<Libc> {
       open: f('int open(const uint8_t *path, int flags, int mode)'),
       close: f('int close(int fd)'),
       ioctl: f('int ioctl(int fd, unsigned long request, uint8_t *arg)'),
+      ioctlValue: f('int ioctl(int fd, unsigned long request, unsigned long value)'),
       read: f('long read(int fd, uint8_t *buf, size_t count)'),
       write: f('long write(int fd, const uint8_t *buf, size_t count)'),
       poll: f('int poll(uint8_t *fds, unsigned long nfds, int timeout)'),
@@ -217,6 +237,8 @@ async function bindWithBunFfi(): Promise<Libc> {
       open: s.open as Libc['open'],
       close: s.close as Libc['close'],
       ioctl: s.ioctl as Libc['ioctl'],
+      // The same symbol, its pointer argument given as a plain number (bun:ffi passes it as the value).
+      ioctlValue: s.ioctl as Libc['ioctlValue'],
       read: s.read as Libc['read'],
       write: s.write as Libc['write'],
       poll: s.poll as Libc['poll'],

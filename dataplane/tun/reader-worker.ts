@@ -11,6 +11,11 @@
  * is STATE in the ring header: the main thread sets STOP_REQUESTED and waits (briefly, with
  * Atomics.wait) until this thread answers STOPPED; after that it is free to close the fds.
  *
+ * With a vnet header (IFF_VNET_HDR, see offload.ts) each read lands in a private buffer first: a
+ * TCP super-packet is split into segments, one ring slot each (waiting for room in the ring when
+ * needed), and a partial checksum the kernel left is completed, so the main thread only ever sees
+ * whole MTU-sized packets.
+ *
  * When the interface is deleted the kernel detaches the fd: poll reports POLLERR and read fails
  * with EBADFD. The worker then sets DEVICE_GONE, answers STOPPED and ends.
  *
@@ -22,6 +27,9 @@ import { DEVICE_GONE_ERRNOS, EAGAIN, EBADFD, EINTR, POLLERR, POLLHUP, POLLIN, PO
 import {
   DEVICE_GONE, MAIN_WAITING, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING,
   STATE_STOP_REQUESTED, WRITE_SEQ, ringViews, finishReader } from './ring.ts';
+import {
+  GSO_NONE, VNET_F_NEEDS_CSUM, VNET_HDR_SIZE, VNET_READ_SIZE, completeChecksum, newSegmentPlan, planSegments, readVnetHeader, wordsOf,
+  writeSegment, type VnetHeader } from './offload.ts';
 
 export interface ReaderConfig {
   /** The TUN fd, opened with O_NONBLOCK. */
@@ -31,12 +39,18 @@ export interface ReaderConfig {
   buffer: SharedArrayBuffer;
   slots: number;
   slotSize: number;
+  /**
+   * The fd was opened with IFF_VNET_HDR (offload.ts): every read starts with a virtio_net_hdr;
+   * TCP super-packets are split into segments, one per slot, and partial checksums completed.
+   */
+  vnetHeader?: boolean;
 }
 
 export function runReader(libc: Libc, config: ReaderConfig): void {
   const { fd, wakeFd, slots, slotSize } = config;
   const { header, lengths, data } = ringViews(config.buffer, config);
   if (Atomics.compareExchange(header, STATE, STATE_BOOTING, STATE_RUNNING) !== STATE_BOOTING) return; // closed before we began
+  Atomics.notify(header, STATE); // LinuxTun.ready() waits for STATE_RUNNING
 
   const mask = slots - 1;
   const slotViews: Uint8Array[] = [];
@@ -54,6 +68,82 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
   let write = Atomics.load(header, WRITE_SEQ);
 
   const finish = (goneErrno: number) => finishReader(header, goneErrno, DEVICE_GONE);
+
+  /** Makes the slots filled so far visible to the main thread, waking it if it waits. */
+  const publish = () => {
+    Atomics.store(header, WRITE_SEQ, write);
+    if (Atomics.load(header, MAIN_WAITING) !== 0 && Atomics.exchange(header, MAIN_WAITING, 0) !== 0) {
+      Atomics.notify(header, WRITE_SEQ);
+    }
+  };
+
+  // With a vnet header: reads land in a private buffer, 2 bytes in, so that the IP packet after
+  // the 10-byte header starts 4-byte aligned (the checksum reads 32-bit words), then are copied or
+  // split into ring slots.
+  const vnet = config.vnetHeader === true;
+  const scratch = vnet ? new Uint8Array(2 + VNET_READ_SIZE) : undefined;
+  const vnetRead = scratch?.subarray(2);
+  const packet = scratch?.subarray(2 + VNET_HDR_SIZE);
+  const scratchWords = scratch ? wordsOf(scratch.buffer) : undefined;
+  const ringWords = vnet ? wordsOf(config.buffer) : undefined;
+  const vnetHeader: VnetHeader = { flags: 0, gsoType: 0, hdrLen: 0, gsoSize: 0, csumStart: 0, csumOffset: 0 };
+  const plan = newSegmentPlan();
+
+  /** Waits until a slot is free (publishing first); false when a stop was requested meanwhile. */
+  const waitForRoom = (): boolean => {
+    publish();
+    for (;;) {
+      if (Atomics.load(header, STATE) === STATE_STOP_REQUESTED) return false;
+      const consumed = Atomics.load(header, READ_SEQ);
+      if (((write - consumed) | 0) < slots) return true;
+      Atomics.wait(header, READ_SEQ, consumed, 1000);
+    }
+  };
+
+  /**
+   * Puts the `n` bytes read (vnet header + packet) into the ring: as they are, or split into
+   * segments. Returns 0 when it used the one slot known to be free, 1 when it waited for more,
+   * -1 when a stop was requested while it waited.
+   */
+  const ingest = (n: number): number => {
+    const p = packet!;
+    const length = n - VNET_HDR_SIZE;
+    if (length <= 0) {
+      Atomics.add(header, READ_ERRORS, 1);
+      return 0;
+    }
+    const h = readVnetHeader(vnetRead!, 0, vnetHeader);
+    if (h.gsoType === GSO_NONE) {
+      if ((h.flags & VNET_F_NEEDS_CSUM) !== 0 && !completeChecksum(p, length, h.csumStart, h.csumOffset, scratchWords)) {
+        Atomics.add(header, READ_ERRORS, 1);
+        return 0;
+      }
+      if (length > slotSize) {
+        Atomics.add(header, READ_ERRORS, 1);
+        return 0;
+      }
+      const slot = write & mask;
+      slotViews[slot].set(p.subarray(0, length));
+      lengths[slot] = length;
+      write = (write + 1) | 0;
+      return 0;
+    }
+    if (!planSegments(p, length, h, plan) || plan.headerLength + plan.segmentSize > slotSize) {
+      Atomics.add(header, READ_ERRORS, 1);
+      return 0;
+    }
+    let waited = 0;
+    for (let i = 0; i < plan.segments; i++) {
+      if (i > 0 && ((write - Atomics.load(header, READ_SEQ)) | 0) >= slots) {
+        if (!waitForRoom()) return -1;
+        waited = 1;
+      }
+      const slot = write & mask;
+      lengths[slot] = writeSegment(p, plan, i, slotViews[slot], ringWords);
+      write = (write + 1) | 0;
+    }
+    return waited;
+  };
 
   for (;;) {
     if (Atomics.load(header, STATE) === STATE_STOP_REQUESTED) return finish(0);
@@ -84,15 +174,18 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
         consumed = Atomics.load(header, READ_SEQ);
         if (((write - consumed) | 0) >= slots) break;
       }
-      const slot = write & mask;
-      const n = libc.read(fd, slotViews[slot], slotSize);
+      const n = vnet ? libc.read(fd, vnetRead!, VNET_READ_SIZE) : libc.read(fd, slotViews[write & mask], slotSize);
       if (n > 0) {
-        lengths[slot] = n;
-        write = (write + 1) | 0;
-        Atomics.store(header, WRITE_SEQ, write);
-        if (Atomics.load(header, MAIN_WAITING) !== 0 && Atomics.exchange(header, MAIN_WAITING, 0) !== 0) {
-          Atomics.notify(header, WRITE_SEQ);
+        if (!vnet) {
+          lengths[write & mask] = n;
+          write = (write + 1) | 0;
+          publish();
+          continue;
         }
+        const result = ingest(n);
+        if (result < 0) return finish(0); // stop requested while waiting for room
+        consumed = result === 0 ? consumed : Atomics.load(header, READ_SEQ);
+        publish();
         continue;
       }
       if (n === 0) break;

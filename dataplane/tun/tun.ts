@@ -32,6 +32,11 @@ export interface Tun {
    */
   start(onPackets: (packets: Uint8Array[], count: number) => void): void;
   /**
+   * Resolves once reading really runs after start() (a reader thread may still be starting; the
+   * kernel queues what arrives meanwhile, up to the interface's txqueuelen).
+   */
+  ready?(): Promise<void>;
+  /**
    * Writes whole IP packets to the kernel (the first `count` entries of `packets`). Never throws
    * for a bad packet or a full queue: those are counted in `stats.writeErrors`. After close it
    * counts every packet as an error.
@@ -62,6 +67,13 @@ export interface OpenTunOptions {
    * set to one of these, else 'worker'.
    */
   reader?: TunReader;
+  /**
+   * TCP segmentation and receive offloads through a vnet header (tun/offload.ts): the kernel hands
+   * over TCP super-packets of up to 64 KiB, split into MTU-sized packets by the reader (thread or
+   * event loop), and written TCP segments are coalesced per flow. Default: on, unless
+   * ROAMGUARD_TUN_OFFLOAD=0.
+   */
+  offload?: boolean;
 }
 
 /** Maximum interface name length (IFNAMSIZ - 1). */

@@ -56,6 +56,8 @@ tun.onClose(() => {
   process.exit(0);
 });
 
+// Ready once the reader really reads (its thread may still be starting on a loaded machine).
+if (process.env.TUN_CHILD_NO_START !== '1') await tun.ready?.();
 send({ event: 'ready', name: tun.name, mtu: tun.mtu, runtime, reader: (tun as LinuxTun).reader });
 
 const lines = createInterface({ input: process.stdin });

@@ -7,17 +7,21 @@ import assert from 'node:assert/strict';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import type { Crypto } from '../../dataplane/crypto/primitives.ts';
 import { InlineCryptoPool, SMALL_BATCH, SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
+import { PiscinaCryptoPool } from '../../dataplane/pool/piscina-pool.ts';
+import { createWorkerPool } from '../../dataplane/pool/select-pool.ts';
 import { BatchPool, slotSizeForMtu, type PacketBatch } from '../../dataplane/pool/packet-batch.ts';
 import { sealTransportInPlace } from '../../dataplane/session/transport.ts';
 import { paddedLength } from '../../dataplane/noise/messages.ts';
 
 let crypto: Crypto;
 let workers: WorkerCryptoPool;
+let piscina: PiscinaCryptoPool;
 before(async () => {
   crypto = await selectCrypto();
   workers = new WorkerCryptoPool(2);
+  piscina = new PiscinaCryptoPool(2);
 });
-after(async () => { await workers?.close(); });
+after(async () => { await workers?.close(); await piscina?.close(); });
 
 const MTU = 1420;
 
@@ -35,10 +39,10 @@ function fill(batch: PacketBatch, sizes: number[], firstCounter: number): Uint8A
 }
 
 describe('crypto pools', () => {
-  for (const name of ['workers', 'inline'] as const) {
+  for (const name of ['workers', 'piscina', 'inline'] as const) {
     test(`${name}: a sealed batch matches single-packet sealing and opens back`, async () => {
-      const pool: CryptoPool = name === 'workers' ? workers : new InlineCryptoPool(crypto);
-      const other: CryptoPool = name === 'workers' ? new InlineCryptoPool(crypto) : workers;
+      const pool: CryptoPool = name === 'workers' ? workers : name === 'piscina' ? piscina : new InlineCryptoPool(crypto);
+      const other: CryptoPool = name === 'inline' ? workers : new InlineCryptoPool(crypto);
       const batches = new BatchPool(slotSizeForMtu(MTU));
       const key = crypto.randomBytes(32);
       const sizes = [0, 1, 15, 16, 17, 100, 1279, 1419, 1420];
@@ -62,19 +66,51 @@ describe('crypto pools', () => {
     });
   }
 
-  test('workers: many batches in flight complete, each with its own results', async () => {
+  for (const name of ['workers', 'piscina'] as const) test(`${name}: many batches in flight complete, each with its own results`, async () => {
+    const pool = name === 'workers' ? workers : piscina;
     const batches = new BatchPool(slotSizeForMtu(MTU));
     const key = crypto.randomBytes(32);
     const jobs = Array.from({ length: 20 }, (_, j) => {
       const batch = batches.acquire();
       fill(batch, Array.from({ length: 64 }, () => 1000 + j), j * 64);
-      return { batch, done: workers.seal(batch, key, j, MTU) };
+      return { batch, done: pool.seal(batch, key, j, MTU) };
     });
     await Promise.all(jobs.map((j) => j.done));
     for (const [j, { batch }] of jobs.entries()) {
       assert.equal(batch.slot(0)[4], j, 'receiver index written');
       assert.equal(batch.lengths[63], 16 + paddedLength(1000 + j, MTU) + 16);
     }
+  });
+
+  test('workers: more batches in flight than the task rings hold wait in order and all complete; queueDepth drains', async () => {
+    const batches = new BatchPool(slotSizeForMtu(MTU));
+    const key = crypto.randomBytes(32);
+    const count = 700; // more than 2 workers x 256 ring slots
+    const jobs = Array.from({ length: count }, (_, j) => {
+      const batch = batches.acquire();
+      fill(batch, [10 + (j % 50)], j);
+      return { batch, done: workers.seal(batch, key, j, MTU) };
+    });
+    assert.ok(workers.queueDepth > 0);
+    await Promise.all(jobs.map((j) => j.done));
+    for (const [j, { batch }] of jobs.entries()) {
+      assert.equal(new DataView(batch.data.buffer).getUint32(4, true), j, `batch ${j} sealed with its own receiver index`);
+      assert.equal(batch.lengths[0], 16 + paddedLength(10 + (j % 50), MTU) + 16);
+    }
+    assert.equal(workers.queueDepth, 0);
+  });
+
+  test('ROAMGUARD_POOL: ring and piscina are chosen by name, anything else is refused naming the variable', async () => {
+    const ring = createWorkerPool(1, 'ring');
+    const pis = createWorkerPool(1, 'piscina');
+    try {
+      assert.ok(ring instanceof WorkerCryptoPool);
+      assert.ok(pis instanceof PiscinaCryptoPool);
+    } finally {
+      await ring.close();
+      await pis.close();
+    }
+    assert.throws(() => createWorkerPool(1, 'fast'), /^Error: ROAMGUARD_POOL="fast" is not valid: expected ring or piscina$/);
   });
 
   test('split pool: small batches are sealed at once on this thread, large ones in the workers', async () => {

@@ -19,7 +19,7 @@ import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { WorkerCryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
-import { EAGAIN, SOL_SOCKET, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, loadLibc, type Libc } from '../../dataplane/sys/libc.ts';
+import { EAGAIN, EINVAL, SOL_SOCKET, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, loadLibc, type Libc } from '../../dataplane/sys/libc.ts';
 
 const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
 const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
@@ -230,6 +230,75 @@ describe('FfiUdpBind', () => {
     assert.throws(() => a.bind.sendBatch(to, shared.data, -64, [64, 64], 2), RangeError);
   });
 
+  for (const host of ['127.0.0.1', '::1']) {
+    test(`UDP GSO over ${host}: a run of equal-sized datagrams leaves in a few messages and arrives whole and in order (with and without GRO)`, async () => {
+      const real = await loadLibc();
+      const messages: number[] = []; // datagrams (iovecs) per message handed to sendmmsg
+      const counting: Libc = {
+        ...real,
+        sendmmsg: (fd, vec, vlen, flags) => {
+          const words = new Uint32Array(vec.buffer, vec.byteOffset, (vlen * 64) / 4);
+          const sent = real.sendmmsg(fd, vec, vlen, flags);
+          for (let m = 0; m < Math.max(sent, 0); m++) messages.push(words[m * 16 + 6]);
+          return sent;
+        },
+      };
+      const a = await ffiBind({ libc: counting });
+      const b = await ffiBind();
+      const peer = await dgramSocket(host === '::1' ? 'udp6' : 'udp4');
+      const stride = 1536;
+      // 100 full datagrams, a shorter one (ends a run), then 27 more full ones.
+      const { data, lengths } = sharedBatch(128, stride, (i) => (i === 100 ? 700 : 1452));
+      const indices = Array.from({ length: 128 }, (_, i) => i);
+      a.bind.sendBatch(new Endpoint(host, b.bind.port), data, stride, lengths, 128);
+      await until(() => b.got.length === 128, 'the batch at the FFI bind (GRO)');
+      assertBatch(b.got, data, stride, lengths, indices);
+      assert.ok(a.bind.segmentationOffload);
+      assert.equal(messages.reduce((x, y) => x + y, 0), 128);
+      assert.ok(messages.length <= 6, `128 datagrams in ${messages.length} messages (${messages.join(' ')})`);
+      assert.ok(b.bind.stats.batches >= 1);
+
+      messages.length = 0;
+      a.bind.sendBatch(new Endpoint(host, peer.socket.address().port), data, stride, lengths, 128);
+      await until(() => peer.got.length === 128, 'the batch at a node:dgram socket (no GRO: the kernel splits)');
+      peer.got.forEach((r, i) => assert.deepEqual(new Uint8Array(r.data), data.slice(i * stride, i * stride + lengths[i])));
+      assert.ok(messages.length <= 6);
+      assert.equal(a.bind.stats.sent, 256);
+      assert.equal(a.bind.stats.sendErrors, 0);
+    });
+  }
+
+  test('UDP GSO refused by the kernel (EINVAL): the bind sends one datagram per message from then on, nothing lost', async () => {
+    const real = await loadLibc();
+    let fakeErrno = 0;
+    let refused = 0;
+    const noGso: Libc = {
+      ...real,
+      sendmmsg: (fd, vec, vlen, flags) => {
+        // Like a kernel that refuses UDP_SEGMENT: the messages before the first GSO run leave, then EINVAL.
+        const words = new Uint32Array(vec.buffer, vec.byteOffset, (vlen * 64) / 4);
+        let k = 0;
+        while (k < vlen && words[k * 16 + 6] === 1) k++;
+        if (k === 0) { refused++; fakeErrno = EINVAL; return -1; }
+        fakeErrno = 0;
+        return real.sendmmsg(fd, vec, k, flags);
+      },
+      errno: () => fakeErrno || real.errno(),
+    };
+    const a = await ffiBind({ libc: noGso });
+    const b = await ffiBind();
+    const stride = 1536;
+    const { data, lengths } = sharedBatch(64, stride, (i) => (i < 3 ? 100 + i : 1000));
+    a.bind.sendBatch(new Endpoint('127.0.0.1', b.bind.port), data, stride, lengths, 64);
+    await until(() => b.got.length === 64, 'every datagram');
+    assertBatch(b.got, data, stride, lengths, Array.from({ length: 64 }, (_, i) => i));
+    assert.equal(refused, 1);
+    assert.equal(a.bind.segmentationOffload, false);
+    assert.equal(a.bind.stats.sendErrors, 0);
+    const off = await ffiBind({ offload: false });
+    assert.equal(off.bind.segmentationOffload, false, 'offload: false');
+  });
+
   test('a full send buffer (EAGAIN, partial sendmmsg) queues the rest and keeps the order', async () => {
     const real = await loadLibc();
     let calls = 0;
@@ -341,6 +410,21 @@ describe('FfiUdpBind', () => {
     assert.deepEqual(got[0].data, bytes(42));
   });
 
+  test('close (or a new port) delivers what the reader had already received instead of dropping it', async () => {
+    const a = await ffiBind();
+    const b = await ffiBind();
+    const to = new Endpoint('127.0.0.1', b.bind.port);
+    for (let i = 0; i < 50; i++) a.bind.send(to, bytes(i, 1, 2));
+    // Keep this thread busy so that only b's reader thread runs: the datagrams wait in its ring.
+    const until = Date.now() + 300;
+    while (Date.now() < until) { /* busy */ }
+    const delivered = b.got.length; // nothing yet: the pump runs on this (busy) thread
+    await b.bind.open(0); // a new port: the old sockets close
+    assert.equal(delivered, 0);
+    assert.equal(b.got.length, 50, 'every datagram the reader had taken was delivered on close');
+    assert.deepEqual(b.got.map((r) => r.data[0]), [...Array(50).keys()]);
+  });
+
   test('opening and closing at once, repeatedly: reader threads still starting end by themselves', async () => {
     await until(() => FfiUdpBind.readerThreads === 0, 'earlier reader threads to end', 30_000);
     const threads0 = threadCount();
@@ -392,6 +476,8 @@ describe('FfiUdpBind', () => {
     const saved = process.env.ROAMGUARD_UDP;
     try {
       delete process.env.ROAMGUARD_UDP;
+      assert.ok(createBind() instanceof FfiUdpBind, 'the default');
+      process.env.ROAMGUARD_UDP = 'dgram';
       assert.ok(createBind() instanceof UdpBind);
       process.env.ROAMGUARD_UDP = 'ffi';
       assert.ok(createBind() instanceof FfiUdpBind);

@@ -1,0 +1,62 @@
+/**
+ * The crypto worker pool on piscina: one structured-cloned message per batch task. It was the
+ * daemon's pool until the shared-memory task rings of WorkerCryptoPool (crypto-pool.ts) replaced
+ * it by measurement; it stays selectable (ROAMGUARD_POOL=piscina) as the reference the bench
+ * suite compares against (subject `node-piscina`) and as a fallback.
+ */
+import { availableParallelism } from 'node:os';
+import { Piscina } from 'piscina';
+import type { CryptoPool } from './crypto-pool.ts';
+import type { PacketBatch } from './packet-batch.ts';
+import type { PiscinaCryptoTask } from './piscina-worker.ts';
+
+export class PiscinaCryptoPool implements CryptoPool {
+  private readonly piscina: Piscina;
+  readonly ready: Promise<void>;
+
+  constructor(readonly threads: number = availableParallelism()) {
+    if (!Number.isInteger(threads) || threads < 1) throw new Error(`crypto worker threads must be >= 1, got ${threads}`);
+    this.piscina = new Piscina({
+      filename: new URL('./piscina-worker-entry.mjs', import.meta.url).href,
+      minThreads: threads,
+      maxThreads: threads,
+      idleTimeout: Infinity,
+    });
+    // One empty task per worker: each completes only once its worker has loaded the crypto
+    // module. Terminating a worker while it loads a native addon (koffi) aborts the process, so
+    // close() waits for this too.
+    const empty = { data: new SharedArrayBuffer(0), lengths: new SharedArrayBuffer(0), counters: new SharedArrayBuffer(0), slotSize: 0, count: 0 };
+    this.ready = Promise.all(Array.from({ length: threads }, () => this.piscina.run({ op: 'seal', key: new Uint8Array(32), receiverIndex: 0, mtu: 0, ...empty } satisfies PiscinaCryptoTask)))
+      .then(() => {}, () => {});
+  }
+
+  private run(batch: PacketBatch, op: 'seal' | 'open', key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown> {
+    const task: PiscinaCryptoTask = {
+      op, key, receiverIndex, mtu,
+      data: batch.data.buffer as SharedArrayBuffer,
+      lengths: batch.lengths.buffer as SharedArrayBuffer,
+      counters: batch.counters.buffer as SharedArrayBuffer,
+      slotSize: batch.slotSize,
+      count: batch.count,
+    };
+    return this.piscina.run(task);
+  }
+
+  seal(batch: PacketBatch, key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown> {
+    return this.run(batch, 'seal', key, receiverIndex, mtu);
+  }
+
+  open(batch: PacketBatch, key: Uint8Array): Promise<unknown> {
+    return this.run(batch, 'open', key, 0, 0);
+  }
+
+  /** Tasks waiting for a worker. */
+  get queueDepth(): number {
+    return this.piscina.queueSize;
+  }
+
+  async close(): Promise<void> {
+    await this.ready;
+    await this.piscina.destroy();
+  }
+}
