@@ -303,7 +303,7 @@ table inet router {
     node.agent = agent;
     await waitFor(() => !agent.running || /ready: the Node list is synced/.test(agent.stderr), 90_000, {
       description: `${node.name}'s agent to become ready`,
-    });
+    }).catch((err: Error) => { throw new Error(`${err.message}\n${agent.describe()}`); });
     if (!agent.running) throw new Error(`agent on ${node.name} exited:\n${agent.describe()}`);
     return agent;
   }

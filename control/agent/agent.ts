@@ -83,6 +83,8 @@ export class Agent implements AgentStatusSource {
   private kc!: KubeConfig;
   private publicKey = '';
   private privateKey: Uint8Array | undefined;
+  /** This start created the key file (there was none). */
+  private keyCreated = false;
   private uapi: UapiClient | undefined;
   private canRemoveAllowedIp: boolean | undefined;
   private readonly memory: ReconcileMemory = newReconcileMemory();
@@ -118,12 +120,14 @@ export class Agent implements AgentStatusSource {
     if (!s.firewallOnly) {
       const key = loadOrCreatePrivateKey(s.privateKeyPath);
       this.privateKey = key.privateKey;
+      this.keyCreated = key.created;
       const crypto = await selectCrypto();
       this.publicKey = keyToBase64(crypto.publicKey(key.privateKey));
       this.log.info(key.created ? 'created a new private key' : 'loaded the private key', { path: s.privateKeyPath, key: shortKey(crypto.publicKey(key.privateKey)) });
       this.uapi = UapiClient.forInterface(s.socketDir, s.interfaceName);
     }
     const own = await this.readOwnNodeWithRetry();
+    this.warnOnReplacedKey(own);
     this.local = await this.computeLocal(own);
     if (!s.firewallOnly) {
       await this.setUpTunnel();
@@ -227,6 +231,19 @@ export class Agent implements AgentStatusSource {
     if (text === this.writtenConflist) return;
     if (await writeConflistAtomically(s.cniConfigPath, text)) this.log.info('wrote the CNI config', { path: s.cniConfigPath, podCidrs: this.local.podCidrs });
     this.writtenConflist = text;
+  }
+
+  /**
+   * A key file that vanished (a wiped disk, a changed hostPath) while this Node still advertises a
+   * key: the new key is published and peers follow it by public key, but this is never silent.
+   */
+  private warnOnReplacedKey(own: NodeObject): void {
+    if (!this.keyCreated || !this.publicKey) return;
+    const advertised = own.metadata?.annotations?.[ANNOTATION.publicKey];
+    if (!advertised || advertised === this.publicKey) return;
+    this.log.warn('the private key file was missing, so a new key replaces the one this Node advertised; peers switch to it within one watch event, traffic to this node pauses until they do', {
+      path: this.settings.privateKeyPath, previousKey: advertised.slice(0, 8), newKey: this.publicKey.slice(0, 8),
+    });
   }
 
   private async publish(): Promise<void> {

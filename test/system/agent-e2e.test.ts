@@ -6,13 +6,15 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AgentCluster, OUTSIDE, type ClusterNode, type Pod } from './agent-cluster.ts';
 import { Scope, waitFor, type Namespace, type NsProcess } from './netns.ts';
 import { assertPing, commandLine, killAtCleanup, ping, ROAMGUARD_BIN, socketOwnerPids, startContinuousPing, requireDaemonPrerequisites } from './userspace-wg.ts';
 
 const scope = new Scope();
+/** How long the API server stays unreachable: seconds in the default run, minutes with ROAMGUARD_SOAK=1. */
+const OUTAGE_S = process.env.ROAMGUARD_SOAK === '1' ? 240 : 6;
 let cluster: AgentCluster;
 const pods = new Map<number, Pod>();
 
@@ -58,7 +60,7 @@ async function restartAgent(node: ClusterNode, env: Record<string, string> = {})
   await cluster.startAgent(node, env);
 }
 
-describe('agent end to end (three nodes)', { timeout: 600_000 }, () => {
+describe('agent end to end (three nodes)', { timeout: 720_000 + OUTAGE_S * 1000 }, () => {
   test('every agent publishes its identity and meshes with the other two by public key', async () => {
     // node-3's agent drives Debian's wireguard-go instead of roamguard's data plane: any
     // UAPI-speaking WireGuard works the same way (and that one cannot remove single prefixes).
@@ -216,13 +218,31 @@ describe('agent end to end (three nodes)', { timeout: 600_000 }, () => {
     cluster.api.createNode({ metadata: { name: 'garbage', annotations: {
       'roamguard.io/public-key': 'AAAA', 'roamguard.io/pod-cidrs': '[not json',
     } } });
-    await waitFor(() => /skipping a node.*node=evil/.test(watcher.agent!.stderr) && /skipping a node.*node=garbage/.test(watcher.agent!.stderr), 15_000, { description: 'log lines naming the bad nodes' });
+    // Fresh, valid keys, each with one hostile claim or an absurd size.
+    const freshKey = (fill: number) => Buffer.alloc(32, fill).toString('base64');
+    const many = Array.from({ length: 5000 }, (_, i) => `10.${100 + (i >> 8)}.${i & 255}.0/24`);
+    const hostile: Record<string, Record<string, string>> = {
+      'huge-list': { 'roamguard.io/public-key': freshKey(21), 'roamguard.io/pod-cidrs': JSON.stringify(many) },
+      'many-cidrs': { 'roamguard.io/public-key': freshKey(26), 'roamguard.io/pod-cidrs': JSON.stringify(many.slice(0, 40)) },
+      'huge-value': { 'roamguard.io/public-key': freshKey(22), 'roamguard.io/node-ips': JSON.stringify(['10.0.0.1'.padEnd(200_000, ' ')]) },
+      'overlapping': { 'roamguard.io/public-key': freshKey(23), 'roamguard.io/pod-cidrs': JSON.stringify([victim.podCidrs[0].replace(/\.\d+\.0\/24$/, '.0.0/16')]) },
+      'wide-claim': { 'roamguard.io/public-key': freshKey(24), 'roamguard.io/pod-cidrs': '["0.0.0.0/1"]' },
+      'own-key': { 'roamguard.io/public-key': cluster.publicKeyOf(watcher)!, 'roamguard.io/pod-cidrs': '["10.244.77.0/24"]' },
+      'bad-key': { 'roamguard.io/public-key': Buffer.alloc(31, 1).toString('base64'), 'roamguard.io/pod-cidrs': '["10.244.78.0/24"]' },
+      'bad-port': { 'roamguard.io/public-key': freshKey(25), 'roamguard.io/listen-port': '70000' },
+    };
+    for (const [name, annotations] of Object.entries(hostile)) cluster.api.createNode({ metadata: { name, annotations } });
+    const names = ['evil', 'garbage', ...Object.keys(hostile)];
+    await waitFor(() => names.every((n) => new RegExp(`skipping a node.*node=${n}\\b`).test(watcher.agent!.stderr)), 15_000, { description: 'log lines naming every bad node' });
     assert.match(watcher.agent!.stderr, /node=evil.*already used by node node-1/);
+    assert.match(watcher.agent!.stderr, /node=overlapping.*overlaps a pod CIDR of node node-\d/);
+    assert.match(watcher.agent!.stderr, /node=own-key.*this node's own public key/);
+    const logLines = watcher.agent!.stderr.split('\n').filter((l) => /skipping a node/.test(l));
+    assert.ok(logLines.every((l) => l.length < 2000), 'each log line is bounded, however big the annotation');
     assert.deepEqual(await cluster.wgPeers(watcher).then((m) => [...m.keys()].sort()), [...before.keys()].sort(), 'the same peers');
     assert.deepEqual((await cluster.wgPeers(watcher)).get(cluster.publicKeyOf(victim)!)?.allowedIps, before.get(cluster.publicKeyOf(victim)!)?.allowedIps);
     await assertPing(pods.get(2)!.ns, pods.get(1)!.ipv4, { count: 2, deadlineS: 10 }, 'node-2 pod → node-1 pod with hostile Nodes around');
-    cluster.api.deleteNode('evil');
-    cluster.api.deleteNode('garbage');
+    for (const name of names) cluster.api.deleteNode(name);
   });
 
   test('a key file with loose permissions stops the agent with one clear line; the key is not replaced', async () => {
@@ -236,6 +256,25 @@ describe('agent end to end (three nodes)', { timeout: 600_000 }, () => {
     assert.equal(readFileSync(node.env.PRIVATE_KEY_PATH, 'utf8'), key, 'the key file is untouched');
     chmodSync(node.env.PRIVATE_KEY_PATH, 0o600);
     await cluster.startAgent(node);
+  });
+
+  test('a missing key file: a new key, a warning naming the key it replaces, and the peers follow it', async () => {
+    const node = cluster.node(2);
+    const oldKey = cluster.publicKeyOf(node)!;
+    await cluster.stopAgent(node);
+    renameSync(node.env.PRIVATE_KEY_PATH, `${node.env.PRIVATE_KEY_PATH}.lost`);
+    await cluster.startAgent(node);
+    const newKey = cluster.publicKeyOf(node)!;
+    assert.notEqual(newKey, oldKey, 'a new key is published');
+    assert.equal(statSync(node.env.PRIVATE_KEY_PATH).mode & 0o777, 0o600);
+    const warning = node.agent!.stderr.split('\n').find((l) => /private key file was missing/.test(l));
+    assert.ok(warning && /WARN/.test(warning) && warning.includes(oldKey.slice(0, 8)) && warning.includes(newKey.slice(0, 8)), `a warning naming both keys: ${warning}`);
+    assert.ok(!node.agent!.stderr.includes(readFileSync(node.env.PRIVATE_KEY_PATH, 'utf8').trim()), 'the private key is not logged');
+    for (const other of [cluster.node(1), cluster.node(3)]) {
+      await waitFor(async () => { const peers = await cluster.wgPeers(other); return peers.has(newKey) && !peers.has(oldKey); }, 20_000, { description: `${other.name} switching to the new key` });
+    }
+    await assertPing(pods.get(1)!.ns, pods.get(2)!.ipv4, { count: 2, deadlineS: 20 }, 'node-1 pod → node-2 pod with the new key');
+    await assertPing(pods.get(2)!.ns, pods.get(3)!.ipv6, { count: 2, deadlineS: 20 }, 'node-2 pod → node-3 pod (wireguard-go) with the new key');
   });
 
   test('a pod CIDR file change is picked up live: annotation, CNI config, peers and routes follow', async () => {
@@ -313,12 +352,13 @@ describe('agent end to end (three nodes)', { timeout: 600_000 }, () => {
     await assertPing(pods.get(1)!.ns, pods.get(2)!.ipv4, { count: 2, deadlineS: 10 }, 'node-1 pod → node-2 pod after the deletion');
   });
 
-  test('API server unreachable: the mesh keeps working (fail static), and the agents catch up once it is back', async () => {
-    const trace = startContinuousPing(scope, pods.get(1)!.ns, pods.get(2)!.ipv4, { durationS: 8, intervalS: 0.1 });
+  test(`API server unreachable for ${OUTAGE_S} s: the mesh keeps working (fail static), and the agents catch up once it is back`, { timeout: (OUTAGE_S + 120) * 1000 }, async (t) => {
+    const trace = startContinuousPing(scope, pods.get(1)!.ns, pods.get(2)!.ipv4, { durationS: OUTAGE_S + 2, intervalS: 0.1 });
     cluster.api.setUnavailable(true);
-    await new Promise((r) => setTimeout(r, 6000));
+    await new Promise((r) => setTimeout(r, OUTAGE_S * 1000));
     cluster.api.setUnavailable(false);
     const result = await trace;
+    t.diagnostic(`API server down ${OUTAGE_S} s: ${result.replies.length} of ${result.transmitted} pings answered`);
     assert.ok(result.transmitted - result.replies.length <= 1, `lost ${result.transmitted - result.replies.length} pings while the API server was down`);
     // A node that joins after the outage is meshed by the agents' restarted watches.
     const ghostKey = Buffer.alloc(32, 7).toString('base64');
@@ -326,10 +366,52 @@ describe('agent end to end (three nodes)', { timeout: 600_000 }, () => {
       metadata: { name: 'late-node', annotations: { 'roamguard.io/public-key': ghostKey, 'roamguard.io/pod-cidrs': '["10.244.9.0/24"]' } },
       status: { addresses: [{ type: 'InternalIP', address: '10.77.0.9' }] },
     });
+    const joinedAt = performance.now();
     await waitFor(async () => (await cluster.wgPeers(cluster.node(1))).get(ghostKey)?.allowedIps.includes('10.244.9.0/24'), 60_000, { description: 'node-1 meshing the late node' });
+    t.diagnostic(`a node created after the outage meshed by node-1 after ${((performance.now() - joinedAt) / 1000).toFixed(1)} s`);
     cluster.api.deleteNode('late-node');
     await waitFor(async () => !(await cluster.wgPeers(cluster.node(1))).has(ghostKey), 15_000, { description: 'the late node removed again' });
     assert.match(cluster.node(1).agent!.stderr, /WARN|ERROR/, 'the outage was logged');
+  });
+
+  test('API server slow, answering errors, dropping watches and expiring their history: the mesh keeps working and the agents converge once it is healthy', { timeout: 240_000 }, async (t) => {
+    const trace = startContinuousPing(scope, pods.get(1)!.ns, pods.get(2)!.ipv4, { durationS: 25, intervalS: 0.1 });
+    const api = cluster.api;
+    const live = cluster.nodes.filter((n) => n.agent?.running); // node-3's agent was stopped with its Node deleted
+    assert.equal(live.length, 2);
+    api.setLatency(1500);
+    api.setFailure({ status: 500, count: 25, message: 'injected: etcd timeout' });
+    api.dropWatches();
+    api.expireHistory();
+    const lateKey = Buffer.alloc(32, 9).toString('base64');
+    api.createNode({
+      metadata: { name: 'late-slow', annotations: { 'roamguard.io/public-key': lateKey, 'roamguard.io/pod-cidrs': '["10.244.8.0/24"]' } },
+      status: { addresses: [{ type: 'InternalIP', address: '10.77.0.8' }] },
+    });
+    await new Promise((r) => setTimeout(r, 8000));
+    // A second round: watches cut again, history gone again (a resume gets 410), errors on watches only.
+    api.setFailure({ status: 503, count: 10, match: (req) => req.watch });
+    api.dropWatches();
+    api.expireHistory();
+    await new Promise((r) => setTimeout(r, 7000));
+    // Healthy again: each agent's next retry (backoff at most 30 s + 20 % jitter) resumes, gets
+    // 410 for its old resourceVersion, relists and meshes the node created during the faults.
+    api.setLatency(0);
+    api.setFailure(undefined);
+    const healthyAt = performance.now();
+    for (const node of live) {
+      await waitFor(async () => (await cluster.wgPeers(node)).get(lateKey)?.allowedIps.includes('10.244.8.0/24') ?? false, 60_000, { description: `${node.name} meshing the node created during the faults` });
+      t.diagnostic(`${node.name} meshed the node created during the faults ${((performance.now() - healthyAt) / 1000).toFixed(1)} s after the API server was healthy again`);
+    }
+    const result = await trace;
+    t.diagnostic(`pings during the faults: ${result.replies.length} of ${result.transmitted} answered`);
+    assert.ok(result.transmitted - result.replies.length <= 1, `lost ${result.transmitted - result.replies.length} of ${result.transmitted} pings during the API faults`);
+    api.deleteNode('late-slow');
+    for (const node of live) {
+      await waitFor(async () => !(await cluster.wgPeers(node)).has(lateKey), 30_000, { description: `${node.name} removing the node again` });
+    }
+    assert.ok(live.every((n) => n.agent?.running), 'every agent still running');
+    await assertPing(pods.get(2)!.ns, pods.get(1)!.ipv4, { count: 2, deadlineS: 10 }, 'node-2 pod → node-1 pod after the faults');
   });
 
   test('roamguard agent --cleanup removes the table, routes, CNI config and tunnel it created', async () => {
