@@ -58,7 +58,7 @@
  * Same code on Node and Bun. Layouts (mmsghdr 64 bytes, iovec 16, little-endian) are those of
  * 64-bit Linux on x86-64 and AArch64.
  */
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { Endpoint } from '../net/endpoint.ts';
 import { formatIp } from '../net/ip.ts';
 import {
@@ -67,6 +67,7 @@ import {
   SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET, SOL_UDP, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF,
   SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
+import { startWorker, waitAsync } from '../sys/threads.ts';
 import type { Bind, BindStats } from './bind.ts';
 import type { UdpReaderConfig } from './udp-reader-worker.ts';
 import {
@@ -100,33 +101,6 @@ const PUMP_DATAGRAMS = 1024;
 const STOP_TIMEOUT_MS = 2000;
 /** How long ready() waits for the reader thread to start (tsx compiles the worker's modules first under Node). */
 const START_TIMEOUT_MS = 30_000;
-
-/** Atomics.waitAsync (ES2024; Node 20 and Bun have it, the project's lib setting is ES2022). */
-const waitAsync = (Atomics as unknown as {
-  waitAsync(array: Int32Array, index: number, value: number, timeout?: number):
-    { async: false; value: string } | { async: true; value: Promise<string> };
-}).waitAsync.bind(Atomics);
-
-const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
-
-/**
- * Node runs the TypeScript sources through tsx, whose loader hooks are registered in the main
- * thread only: a worker first registers them itself, then imports the real entry module (as the
- * TUN reader does; Bun runs TypeScript natively and starts the entry module directly).
- */
-const NODE_TS_TRAMPOLINE = `
-const { workerData } = require('node:worker_threads');
-import(workerData.tsxApi)
-  .then((api) => { api.register(); return import(workerData.entry); });
-`;
-
-function resolveTsx(): string | undefined {
-  try {
-    return import.meta.resolve('tsx/esm/api');
-  } catch {
-    return undefined;
-  }
-}
 
 export interface FfiUdpBindOptions {
   /** Receive ring slots (a power of two; default 512). */
@@ -523,10 +497,7 @@ export class FfiUdpBind implements Bind {
       fds: session.fds, wakeFd: session.wakeFd, buffer: session.buffer, slots: session.slots, slotSize: session.slotSize,
     };
     const entry = new URL(`./udp-reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
-    const tsxApi = !isBun && entry.pathname.endsWith('.ts') ? resolveTsx() : undefined;
-    const worker = tsxApi
-      ? new Worker(NODE_TS_TRAMPOLINE, { eval: true, workerData: { ...config, entry: entry.href, tsxApi } })
-      : new Worker(entry, { workerData: config });
+    const worker = startWorker(entry, { ...config });
     session.worker = worker;
     liveReaders++;
     session.exited = new Promise<void>((resolve) => worker.once('exit', () => { liveReaders--; resolve(); }));

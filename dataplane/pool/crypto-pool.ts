@@ -11,7 +11,8 @@
  * bookkeeping, about a fifth of the main thread's time under load.
  */
 import { availableParallelism } from 'node:os';
-import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
+import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
+import { startWorker, waitAsync } from '../sys/threads.ts';
 import type { Crypto } from '../crypto/primitives.ts';
 import { openBatch, sealBatch } from './batch-crypto.ts';
 import type { PacketBatch } from './packet-batch.ts';
@@ -44,33 +45,6 @@ export class InlineCryptoPool implements CryptoPool {
     return InlineCryptoPool.done;
   }
   async close(): Promise<void> {}
-}
-
-/** Atomics.waitAsync (ES2024; Node 20 and Bun have it, the project's lib setting is ES2022). */
-const waitAsync = (Atomics as unknown as {
-  waitAsync(array: Int32Array, index: number, value: number, timeout?: number):
-    { async: false; value: string } | { async: true; value: Promise<string> };
-}).waitAsync.bind(Atomics);
-
-const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
-
-/**
- * Node runs the TypeScript sources through tsx, whose loader hooks are registered in the main
- * thread only: a worker first registers them itself, then imports the real entry module (as the
- * TUN and UDP readers do; Bun runs TypeScript natively and starts the entry module directly).
- */
-const NODE_TS_TRAMPOLINE = `
-const { workerData } = require('node:worker_threads');
-import(workerData.tsxApi)
-  .then((api) => { api.register(); return import(workerData.entry); });
-`;
-
-function resolveTsx(): string | undefined {
-  try {
-    return import.meta.resolve('tsx/esm/api');
-  } catch {
-    return undefined;
-  }
 }
 
 /** How long close() waits for a worker to finish its queue and end before terminating it. */
@@ -114,10 +88,7 @@ class CryptoWorker {
     this.port = port1;
     const config: CryptoWorkerConfig = { control: this.control.buffer as SharedArrayBuffer, tasks: this.tasks, shared, port: port2 };
     const entry = new URL(`./crypto-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
-    const tsxApi = !isBun && entry.pathname.endsWith('.ts') ? resolveTsx() : undefined;
-    this.thread = tsxApi
-      ? new Worker(NODE_TS_TRAMPOLINE, { eval: true, workerData: { ...config, entry: entry.href, tsxApi }, transferList: [port2] })
-      : new Worker(entry, { workerData: config, transferList: [port2] });
+    this.thread = startWorker(entry, { ...config }, [port2]);
     this.exited = new Promise((resolve) => this.thread.once('exit', () => resolve()));
   }
 

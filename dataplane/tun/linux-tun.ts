@@ -38,7 +38,7 @@
  * handlers run once.
  */
 import { existsSync } from 'node:fs';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import {
   AF_INET, DEVICE_GONE_ERRNOS, EAGAIN, EBADFD, EINTR, EFD_CLOEXEC, EFD_NONBLOCK, IFF_NO_PI, IFF_TUN, IFF_VNET_HDR, IFNAMSIZ, IFREQ_SIZE,
   O_CLOEXEC, O_NONBLOCK, O_RDWR, SIOCGIFMTU, SIOCSIFMTU, SOCK_CLOEXEC, SOCK_DGRAM, TUNSETIFF, TUNSETOFFLOAD, TUN_F_CSUM, TUN_F_TSO4,
@@ -48,6 +48,7 @@ import {
   GSO_NONE, MAX_COALESCED, VNET_F_NEEDS_CSUM, VNET_HDR_SIZE, coalesceAndWrite, completeChecksum, newSegmentPlan, planSegments,
   VNET_READ_SIZE, readVnetHeader, wordsOf, writeSegment, type SegmentPlan, type VnetHeader,
 } from './offload.ts';
+import { isBun, startWorker, waitAsync } from '../sys/threads.ts';
 import type { ReaderConfig } from './reader-worker.ts';
 import {
   DEFAULT_SLOTS, DEVICE_GONE, LAST_ERRNO, MAIN_WAITING, READ_ERRORS, READ_SEQ, SLOT_SIZE, STATE, STATE_BOOTING, STATE_RUNNING,
@@ -55,12 +56,7 @@ import {
 } from './ring.ts';
 import type { OpenTunOptions, Tun, TunReader, TunStats } from './tun.ts';
 
-/** Atomics.waitAsync (ES2024; Node 20 and Bun have it, the project's lib setting is ES2022). */
-const waitAsync = (Atomics as unknown as {
-  waitAsync(array: Int32Array, index: number, value: number, timeout?: number): { async: false; value: string } | { async: true; value: Promise<string> };
-}).waitAsync.bind(Atomics);
 
-const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
 
 /** How often the fallback existence check runs. */
 const WATCH_INTERVAL_MS = 1000;
@@ -70,17 +66,6 @@ const READY_TIMEOUT_MS = 30_000;
 const MAX_VNET_READS = 64;
 /** How long close() waits for the reader to acknowledge the stop request (it normally takes microseconds). */
 const STOP_TIMEOUT_MS = 2000;
-
-/**
- * Node runs the TypeScript sources through tsx, whose loader hooks are registered in the main
- * thread only: a worker first registers them itself, then imports the real entry module. (Bun
- * runs TypeScript natively and starts the entry module directly.)
- */
-const NODE_TS_TRAMPOLINE = `
-const { workerData } = require('node:worker_threads');
-import(workerData.tsxApi)
-  .then((api) => { api.register(); return import(workerData.entry); });
-`;
 
 /** koffi's libuv poll handle (undocumented koffi API; the callback receives the uv status and the events). */
 type UvPoll = (fd: number, options: { readable?: boolean }, callback: (status: number) => void) => { close(): void };
@@ -107,15 +92,6 @@ function requestedOffload(options: OpenTunOptions): boolean {
   if (options.offload !== undefined) return options.offload;
   const wanted = process.env.ROAMGUARD_TUN_OFFLOAD;
   return wanted === undefined || wanted === '' || wanted === '1';
-}
-
-/** tsx's API module, or undefined when tsx is not installed (a Node that strips types by itself then loads the entry). */
-function resolveTsx(): string | undefined {
-  try {
-    return import.meta.resolve('tsx/esm/api');
-  } catch {
-    return undefined;
-  }
 }
 
 class LinuxTunStats implements TunStats {
@@ -277,13 +253,7 @@ export class LinuxTun implements Tun {
     this.wakeFd = wakeFd;
     const config: ReaderConfig = { fd: this.fd, wakeFd, buffer: this.buffer, slots: DEFAULT_SLOTS, slotSize: SLOT_SIZE, vnetHeader: this.vnetHeader };
     const entry = new URL(`./reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
-    let worker: Worker;
-    const tsxApi = !isBun && entry.pathname.endsWith('.ts') ? resolveTsx() : undefined;
-    if (tsxApi) {
-      worker = new Worker(NODE_TS_TRAMPOLINE, { eval: true, workerData: { ...config, entry: entry.href, tsxApi } });
-    } else {
-      worker = new Worker(entry, { workerData: config });
-    }
+    const worker = startWorker(entry, { ...config });
     this.worker = worker;
     worker.on('error', (err) => this.fail(err instanceof Error ? err : new Error(String(err))));
     worker.on('exit', (code) => {
