@@ -53,6 +53,7 @@ export const SUBJECTS: readonly SubjectSpec[] = [
   { id: 'bun-t0', label: 'roamguard bun --threads 0', kind: 'roamguard', runtime: 'bun', threads: 0, byDefault: false },
   { id: 'wireguard-go', label: 'wireguard-go', kind: 'wireguard-go', byDefault: true },
   // Earlier data paths, for before/after figures in one run (only with --only).
+  { id: 'node-evloop', label: 'roamguard node, TUN read on the event loop', kind: 'roamguard', runtime: 'node', env: { ROAMGUARD_TUN_READER: 'event-loop' }, byDefault: false },
   { id: 'node-piscina', label: 'roamguard node, piscina pool', kind: 'roamguard', runtime: 'node', env: { ROAMGUARD_POOL: 'piscina' }, byDefault: false },
   { id: 'node-before', label: 'roamguard node, before offloads', kind: 'roamguard', runtime: 'node', env: BEFORE_OFFLOADS, byDefault: false },
   { id: 'bun-before', label: 'roamguard bun, before offloads', kind: 'roamguard', runtime: 'bun', env: BEFORE_OFFLOADS, byDefault: false },
