@@ -8,6 +8,9 @@
  *   -> per peer, in arrival order: replay window, key confirmation, timers, roaming, padding,
  *      allowed-IPs source check, TUN write (core.finishTransport, main thread)
  *
+ * A small transport message whose peer has nothing in the pipeline is opened and delivered at
+ * once on the main thread (DIRECT_MAX_BYTES, send.ts); the datagrams behind it queue as usual.
+ *
  * node:dgram hands over one datagram per callback; everything that arrives before the next
  * "check" phase of the event loop (setImmediate) forms one batch.
  */
@@ -17,6 +20,8 @@ import type { CryptoPool } from '../pool/crypto-pool.ts';
 import type { Keypair } from '../session/keypair.ts';
 import { BatchPool, BATCH_CAPACITY, type PacketBatch } from '../pool/packet-batch.ts';
 import { MESSAGE_TRANSPORT, TRANSPORT_MIN_SIZE } from '../noise/messages.ts';
+import { openTransport, TRANSPORT_OVERHEAD } from '../session/transport.ts';
+import { DIRECT_MAX_BYTES } from './send.ts';
 
 interface InboundBatch {
   peer: Peer;
@@ -33,6 +38,10 @@ export class InboundPipeline {
   private readonly scratch: IncomingTransport = { peer: null, keypair: null, counter: 0 };
   private flushScheduled = false;
   private readonly spare: InboundBatch[] = [];
+  /** Per peer, batches dispatched and not yet delivered. */
+  private readonly inFlight = new Map<Peer, number>();
+  /** Plaintext of a datagram opened at once (the direct path). */
+  private readonly plaintextBuffer: Uint8Array;
 
   constructor(
     private readonly core: WireGuardCore,
@@ -40,7 +49,9 @@ export class InboundPipeline {
     private readonly batches: BatchPool,
     /** Brackets each batch's delivery (the device then writes the batch's packets to the TUN at once). */
     private readonly delivery?: { begin(): void; end(): void },
-  ) {}
+  ) {
+    this.plaintextBuffer = new Uint8Array(batches.slotSize);
+  }
 
   /** Handles one datagram from the bind. */
   receive(datagram: Uint8Array, source: Endpoint): void {
@@ -54,6 +65,18 @@ export class InboundPipeline {
     if (!this.core.beginTransport(datagram, incoming)) return;
     const keypair = incoming.keypair!;
     let pending = this.filling.get(keypair);
+    if (!pending && datagram.length <= DIRECT_MAX_BYTES + TRANSPORT_OVERHEAD
+      && !this.inFlight.has(incoming.peer!) && !this.fillingFor(incoming.peer!)) {
+      // Nothing of this peer's in the pipeline: open and deliver this one now (the core's direct
+      // path), so a lone packet waits for no batch; what follows in this turn is batched behind it.
+      const plaintext = openTransport(this.core.crypto, keypair.receiveKey, incoming.counter, datagram, this.plaintextBuffer);
+      if (!plaintext) {
+        this.core.drops.count('decryption-failed');
+        return;
+      }
+      this.core.finishTransport(incoming.peer!, keypair, incoming.counter, plaintext, datagram.length, source);
+      return;
+    }
     if (!pending) {
       pending = this.newBatch(incoming.peer!, keypair);
       this.filling.set(keypair, pending);
@@ -97,15 +120,33 @@ export class InboundPipeline {
 
   private dispatch(pending: InboundBatch): void {
     const opened = this.pool.open(pending.batch, pending.keypair.receiveKey);
-    const previous = this.inOrder.get(pending.peer);
+    const peer = pending.peer;
+    const previous = this.inOrder.get(peer);
+    this.inFlight.set(peer, (this.inFlight.get(peer) ?? 0) + 1);
     const done = (previous ? Promise.all([previous, opened]) : opened).then(
-      () => this.deliver(pending),
       () => {
+        this.landed(peer);
+        this.deliver(pending);
+      },
+      () => {
+        this.landed(peer);
         this.core.drops.count('crypto-worker-failed', pending.batch.count);
         this.recycle(pending);
       },
     );
-    this.inOrder.set(pending.peer, done);
+    this.inOrder.set(peer, done);
+  }
+
+  /** Whether a batch of `peer`'s (under any of its keypairs) is being filled in this turn. */
+  private fillingFor(peer: Peer): boolean {
+    for (const pending of this.filling.values()) if (pending.peer === peer) return true;
+    return false;
+  }
+
+  private landed(peer: Peer): void {
+    const left = (this.inFlight.get(peer) ?? 1) - 1;
+    if (left > 0) this.inFlight.set(peer, left);
+    else this.inFlight.delete(peer);
   }
 
   /** The ordered step: everything that must see packets in the order they arrived. */

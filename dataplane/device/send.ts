@@ -8,13 +8,22 @@
  *                when the bind has it), run the timer hooks (main thread)
  *
  * Packets for a peer without a usable session take the core's staging path instead (a handshake
- * starts; they leave once it completes).
+ * starts; they leave once it completes). A lone small packet (see DIRECT_MAX_BYTES) whose peer has
+ * nothing in the pipeline takes the core's direct path: an idle ping then costs no batch, no
+ * worker round trip and no promise turn.
  */
 import type { WireGuardCore, Peer } from '../core.ts';
 import type { Bind } from '../bind/bind.ts';
 import type { CryptoPool } from '../pool/crypto-pool.ts';
 import type { Keypair } from '../session/keypair.ts';
 import { BatchPool, type PacketBatch } from '../pool/packet-batch.ts';
+
+/**
+ * Packets up to this size, alone in their TUN read or UDP delivery and with nothing of their
+ * peer's in the pipeline, are sealed or opened at once on the main thread (a few microseconds)
+ * instead of taking the batch pipeline: see the bench's idle ping.
+ */
+export const DIRECT_MAX_BYTES = 256;
 
 interface PendingBatch {
   peer: Peer;
@@ -27,6 +36,8 @@ export class OutboundPipeline {
   private readonly filling = new Map<Peer, PendingBatch>();
   /** Per peer, the promise of its last batch's sending: the next batch sends after it. */
   private readonly inOrder = new WeakMap<Peer, Promise<void>>();
+  /** Per peer, batches dispatched and not yet sent. */
+  private readonly inFlight = new Map<Peer, number>();
 
   constructor(
     private readonly core: WireGuardCore,
@@ -37,6 +48,17 @@ export class OutboundPipeline {
 
   /** Handles one batch of packets read from the TUN device. */
   handle(packets: Uint8Array[], count: number): void {
+    if (count === 1 && packets[0].length <= DIRECT_MAX_BYTES) {
+      // A lone small packet (a ping, an ACK, a DNS query) with nothing of its peer's still in the
+      // pipeline takes the core's direct path: sealed and sent now, without a batch or a promise
+      // turn. Bulk data stays in the pipeline, where the workers seal it in parallel.
+      const peer = this.core.route(packets[0]);
+      if (!peer) return;
+      if (!this.inFlight.has(peer)) {
+        peer.sendPacket(packets[0]);
+        return;
+      }
+    }
     const now = this.core.clock.now();
     const room = this.batches.slotSize - 32 - 15;
     for (let i = 0; i < count; i++) {
@@ -78,11 +100,18 @@ export class OutboundPipeline {
     for (let i = 0; i < batch.count; i++) if (batch.lengths[i] > 0) { sentData = true; break; }
     const sealed = this.pool.seal(batch, keypair.sendKey, keypair.remoteIndex, this.core.mtu);
     const previous = this.inOrder.get(peer);
+    this.inFlight.set(peer, (this.inFlight.get(peer) ?? 0) + 1);
     const done = (previous ? Promise.all([previous, sealed]) : sealed).then(
-      () => this.transmit(peer, batch, sentData),
-      () => { this.core.drops.count('crypto-worker-failed', batch.count); this.batches.release(batch); },
+      () => { this.landed(peer); this.transmit(peer, batch, sentData); },
+      () => { this.landed(peer); this.core.drops.count('crypto-worker-failed', batch.count); this.batches.release(batch); },
     );
     this.inOrder.set(peer, done);
+  }
+
+  private landed(peer: Peer): void {
+    const left = (this.inFlight.get(peer) ?? 1) - 1;
+    if (left > 0) this.inFlight.set(peer, left);
+    else this.inFlight.delete(peer);
   }
 
   private transmit(peer: Peer, batch: PacketBatch, sentData: boolean): void {

@@ -9,7 +9,8 @@ import type { Crypto } from '../../dataplane/crypto/primitives.ts';
 import { Device } from '../../dataplane/device/device.ts';
 import { MemoryNetwork } from '../../dataplane/bind/memory-bind.ts';
 import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
-import { WorkerCryptoPool } from '../../dataplane/pool/crypto-pool.ts';
+import { WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
+import { DIRECT_MAX_BYTES } from '../../dataplane/device/send.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
@@ -30,12 +31,24 @@ async function until(condition: () => boolean, timeoutMs = 5000): Promise<void> 
   }
 }
 
-async function makePair(mode: 'inline' | 'workers') {
+/** The worker pool, counting the batches it is given. */
+function countingPool(inner: CryptoPool) {
+  const counts = { seal: 0, open: 0 };
+  const wrapped: CryptoPool = {
+    threads: inner.threads,
+    seal: (batch, key, receiverIndex, mtu) => { counts.seal++; return inner.seal(batch, key, receiverIndex, mtu); },
+    open: (batch, key) => { counts.open++; return inner.open(batch, key); },
+    close: async () => {},
+  };
+  return { pool: wrapped, counts };
+}
+
+async function makePair(mode: 'inline' | 'workers', givenPool?: CryptoPool) {
   const network = new MemoryNetwork();
   const make = async (host: string) => {
     const tun = new MemoryTun('rgmem0', 1420);
     const bind = network.bind(host);
-    const device = new Device({ tun, bind, crypto, pool: mode === 'workers' ? pool : undefined });
+    const device = new Device({ tun, bind, crypto, pool: givenPool ?? (mode === 'workers' ? pool : undefined) });
     device.core.setPrivateKey(generatePrivateKey(crypto));
     await device.start(0);
     return { tun, bind, device };
@@ -48,6 +61,32 @@ async function makePair(mode: 'inline' | 'workers') {
 }
 
 describe('device pipelines', () => {
+  test('a lone small packet skips the batch pipeline both ways; bulk traffic and what follows it take it, in order', async () => {
+    const counting = countingPool(pool);
+    const pair = await makePair('workers', counting.pool);
+    try {
+      const small = (seq: number, size = 0) => buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 3, seq, payload: new Uint8Array(size) });
+      pair.a.tun.inject(small(0));
+      await until(() => pair.b.tun.written.length === 1);
+      for (let seq = 1; seq <= 5; seq++) {
+        pair.a.tun.inject(small(seq, DIRECT_MAX_BYTES - 28));
+        await until(() => pair.b.tun.written.length === seq + 1);
+      }
+      assert.deepEqual(counting.counts, { seal: 0, open: 0 }, 'pings one at a time never reach the pool');
+      // A burst of full-size packets, then a small one in the same read and one right behind it.
+      for (let seq = 6; seq < 70; seq++) pair.a.tun.inject(small(seq, 1300));
+      pair.a.tun.inject(small(70));
+      await new Promise((r) => setImmediate(r));
+      pair.a.tun.inject(small(71));
+      await until(() => pair.b.tun.written.length === 72);
+      assert.ok(counting.counts.seal > 0 && counting.counts.open > 0, `the burst went through the pool: ${JSON.stringify(counting.counts)}`);
+      assert.deepEqual(pair.b.tun.written.map((p) => parseEcho(p)?.seq), [...Array(72).keys()], 'in order');
+      assert.deepEqual(pair.b.device.core.drops.snapshot(), {});
+    } finally {
+      await pair.close();
+    }
+  });
+
   for (const mode of ['inline', 'workers'] as const) {
     test(`${mode}: 1000 packets each way arrive complete and in order`, async () => {
       const pair = await makePair(mode);
