@@ -6,14 +6,11 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import type { Crypto } from '../../dataplane/crypto/primitives.ts';
-import { Device } from '../../dataplane/device/device.ts';
-import { MemoryNetwork } from '../../dataplane/bind/memory-bind.ts';
-import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import { DIRECT_MAX_BYTES } from '../../dataplane/device/send.ts';
-import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
-import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
+import { makeDevicePair } from '../helpers/device-pair.ts';
+import { Endpoint } from '../../dataplane/net/endpoint.ts';
 
 let crypto: Crypto;
 let pool: WorkerCryptoPool;
@@ -43,21 +40,8 @@ function countingPool(inner: CryptoPool) {
   return { pool: wrapped, counts };
 }
 
-async function makePair(mode: 'inline' | 'workers', givenPool?: CryptoPool) {
-  const network = new MemoryNetwork();
-  const make = async (host: string) => {
-    const tun = new MemoryTun('rgmem0', 1420);
-    const bind = network.bind(host);
-    const device = new Device({ tun, bind, crypto, pool: givenPool ?? (mode === 'workers' ? pool : undefined) });
-    device.core.setPrivateKey(generatePrivateKey(crypto));
-    await device.start(0);
-    return { tun, bind, device };
-  };
-  const a = await make('192.0.2.1');
-  const b = await make('192.0.2.2');
-  a.device.core.addPeer(b.device.core.ourPublicKey!, { endpoint: new Endpoint('192.0.2.2', b.bind.port), allowedIps: ['10.0.0.2/32'] });
-  b.device.core.addPeer(a.device.core.ourPublicKey!, { endpoint: new Endpoint('192.0.2.1', a.bind.port), allowedIps: ['10.0.0.1/32'] });
-  return { network, a, b, close: async () => { await a.device.close(); await b.device.close(); } };
+function makePair(mode: 'inline' | 'workers', givenPool?: CryptoPool) {
+  return makeDevicePair(crypto, { pool: givenPool ?? (mode === 'workers' ? pool : undefined) });
 }
 
 describe('device pipelines', () => {

@@ -12,12 +12,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import type { Crypto } from '../../dataplane/crypto/primitives.ts';
-import { Device } from '../../dataplane/device/device.ts';
-import { MemoryNetwork } from '../../dataplane/bind/memory-bind.ts';
-import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { DROP_REASONS } from '../../dataplane/drop-counters.ts';
-import { generatePrivateKey, keyToHex } from '../../dataplane/noise/keys.ts';
-import { Endpoint } from '../../dataplane/net/endpoint.ts';
+import { keyToHex } from '../../dataplane/noise/keys.ts';
 import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import { createUapiHandler, type UapiHandler } from '../../dataplane/uapi/uapi-device.ts';
 import { formatGetResponse, formatErrno, type DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
@@ -26,6 +22,7 @@ import {
   STATS_OPERATION, formatStatsResponse, parseStatsResponse, type DeviceStats,
 } from '../../dataplane/uapi/uapi-stats.ts';
 import { buildEchoRequest } from '../system/packets.ts';
+import { makeDevicePair } from '../helpers/device-pair.ts';
 
 let crypto: Crypto;
 before(async () => { crypto = await selectCrypto(); });
@@ -89,21 +86,8 @@ async function until(condition: () => boolean, timeoutMs = 5000): Promise<void> 
 }
 
 /** Two Devices over in-memory TUNs and UDP with short handshake timers. */
-async function makePair() {
-  const network = new MemoryNetwork();
-  const make = async (host: string) => {
-    const tun = new MemoryTun('rgmem0', 1420);
-    const bind = network.bind(host);
-    const device = new Device({ tun, bind, crypto, timings: { rekeyTimeout: 60, rekeyTimeoutJitterMax: 1 } });
-    device.core.setPrivateKey(generatePrivateKey(crypto));
-    await device.start(0);
-    return { tun, bind, device };
-  };
-  const a = await make('192.0.2.1');
-  const b = await make('192.0.2.2');
-  a.device.core.addPeer(b.device.core.ourPublicKey!, { endpoint: new Endpoint('192.0.2.2', b.bind.port), allowedIps: ['10.0.0.2/32'] });
-  b.device.core.addPeer(a.device.core.ourPublicKey!, { endpoint: new Endpoint('192.0.2.1', a.bind.port), allowedIps: ['10.0.0.1/32'] });
-  return { network, a, b, close: async () => { await a.device.close(); await b.device.close(); } };
+function makePair() {
+  return makeDevicePair(crypto, { timings: { rekeyTimeout: 60, rekeyTimeoutJitterMax: 1 } });
 }
 
 describe('Device.stats()', () => {
