@@ -32,6 +32,7 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Namespace, NsProcess, Scope } from './netns.ts';
 import { answerEchoRequest, buildEchoRequest, fromHex, parseEcho, toHex, type EchoKind } from './packets.ts';
+import { serveCommands } from './child-commands.ts';
 
 export const DRIVER_PATH = fileURLToPath(import.meta.url);
 export const REPO_ROOT = resolve(dirname(DRIVER_PATH), '..', '..');
@@ -453,25 +454,8 @@ async function main(): Promise<void> {
     }
   }
 
-  // Commands run one at a time, in order.
-  let queue = Promise.resolve();
-  const lines = createInterface({ input: process.stdin });
-  lines.on('line', (line) => {
-    if (line.trim() === '') return;
-    queue = queue.then(async () => {
-      let id = 0;
-      try {
-        const command = JSON.parse(line) as DriverCommand & { id?: number };
-        id = command.id ?? 0;
-        const result = await handle(command);
-        write({ type: 'result', id, ok: true, ...result });
-      } catch (err) {
-        write({ type: 'result', id, ok: false, error: (err as Error).message ?? String(err) });
-      }
-    });
-  });
-  // The test process went away (or closed our stdin): never linger.
-  lines.on('close', () => { void queue.then(() => shutdown(0)); });
+  // Commands run one at a time, in order; the test process going away (closing our stdin) ends us.
+  serveCommands<DriverCommand>(handle, (id, outcome) => write({ type: 'result', id, ...outcome }), () => shutdown(0), (err) => err.message ?? String(err));
   process.on('uncaughtException', (err) => {
     fail(`uncaught: ${err.stack ?? String(err)}`);
     shutdown(1);

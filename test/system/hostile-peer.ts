@@ -31,6 +31,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Namespace, NsProcess, Scope } from './netns.ts';
 import { waitFor } from './netns.ts';
 import { internetChecksum } from './packets.ts';
+import { serveCommands } from './child-commands.ts';
 
 export const HOSTILE_PATH = fileURLToPath(import.meta.url);
 const REPO_ROOT = resolve(dirname(HOSTILE_PATH), '..', '..');
@@ -697,22 +698,7 @@ async function main(): Promise<void> {
     }
   }
 
-  let queue = Promise.resolve();
-  const lines = createInterface({ input: process.stdin });
-  lines.on('line', (line) => {
-    if (line.trim() === '') return;
-    queue = queue.then(async () => {
-      let id = 0;
-      try {
-        const command = JSON.parse(line) as HostileCommand & { id?: number };
-        id = command.id ?? 0;
-        write({ id, ok: true, ...(await handle(command)) });
-      } catch (err) {
-        write({ id, ok: false, error: (err as Error).stack ?? String(err) });
-      }
-    });
-  });
-  lines.on('close', () => {
+  serveCommands<HostileCommand>(handle, (id, outcome) => write({ id, ...outcome }), () => {
     if (ticker) clearInterval(ticker);
     process.exit(0);
   });
