@@ -66,6 +66,8 @@ const READY_TIMEOUT_MS = 30_000;
 const MAX_VNET_READS = 64;
 /** How long close() waits for the reader to acknowledge the stop request (it normally takes microseconds). */
 const STOP_TIMEOUT_MS = 2000;
+/** LinuxTun.readFailed: the read was interrupted, try again. */
+const RETRY_READ = -1;
 
 /** koffi's libuv poll handle (undocumented koffi API; the callback receives the uv status and the events). */
 type UvPoll = (fd: number, options: { readable?: boolean }, callback: (status: number) => void) => { close(): void };
@@ -455,17 +457,28 @@ export class LinuxTun implements Tun {
         continue;
       }
       if (n === 0) break;
-      const errno = libc.errno();
-      if (errno === EAGAIN) break;
-      if (errno === EINTR) continue;
-      if (DEVICE_GONE_ERRNOS.has(errno)) goneErrno = errno;
-      else Atomics.add(this.ring.header, READ_ERRORS, 1);
+      const outcome = this.readFailed();
+      if (outcome === RETRY_READ) continue;
+      goneErrno = outcome;
       break;
     }
     const failure = count > 0 ? this.deliver(packets, count) : undefined;
     if (goneErrno !== 0) this.deviceGone(errnoError(`${this.name}: TUN read`, goneErrno, 'interface deleted'));
     if (failure !== undefined) queueMicrotask(() => { throw failure; });
   };
+
+  /**
+   * After a read on the event loop that returned -1: RETRY_READ (EINTR), the errno when the device
+   * is gone, else 0 (stop reading: EAGAIN, or another error, which is counted).
+   */
+  private readFailed(): number {
+    const errno = this.libc.errno();
+    if (errno === EINTR) return RETRY_READ;
+    if (errno === EAGAIN) return 0;
+    if (DEVICE_GONE_ERRNOS.has(errno)) return errno;
+    Atomics.add(this.ring.header, READ_ERRORS, 1);
+    return 0;
+  }
 
   /**
    * The event-loop reader with a vnet header: each read lands in a private buffer and is copied,
@@ -496,11 +509,9 @@ export class LinuxTun implements Tun {
       const n = libc.read(fd, target, VNET_READ_SIZE);
       if (n <= 0) {
         if (n === 0) break;
-        const errno = libc.errno();
-        if (errno === EAGAIN) break;
-        if (errno === EINTR) continue;
-        if (DEVICE_GONE_ERRNOS.has(errno)) goneErrno = errno;
-        else Atomics.add(this.ring.header, READ_ERRORS, 1);
+        const outcome = this.readFailed();
+        if (outcome === RETRY_READ) continue;
+        goneErrno = outcome;
         break;
       }
       const length = n - VNET_HDR_SIZE;
