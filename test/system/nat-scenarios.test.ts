@@ -80,8 +80,10 @@ describe('NAT scenarios', { timeout: 900_000 }, () => {
     await waitFor(async () => (await world.wgPeers(c1)).get(key(o1))?.endpoint === `${OFFICE_PUBLIC}:51821`, 20_000, { description: 'c1 sees o1 at the office mapping' });
     await waitFor(async () => (await world.wgPeers(o1)).get(key(o2))?.endpoint === `${o2.ipv4}:51822`, 30_000, { description: 'o1 reaches o2 at its LAN address' });
     await waitFor(async () => (await world.wgPeers(h1)).get(key(o1))?.endpoint === `${OFFICE_PUBLIC}:51821`, 30_000, { description: 'h1 reaches o1 at the office mapping' });
-    const discovered = JSON.parse(world.api.getNode('c1')!.metadata.annotations!['roamguard.io/discovered-endpoints'] ?? '{}');
-    assert.equal(discovered[key(h1)], `${HOME_PUBLIC}:51824`, 'c1 publishes what it sees');
+    // Agents publish what they see every 5 s (the discovery poll), so c1's view of h1 may lag the handshake.
+    const discoveredByC1 = () => JSON.parse(world.api.getNode('c1')!.metadata.annotations!['roamguard.io/discovered-endpoints'] ?? '{}') as Record<string, string>;
+    await waitFor(() => discoveredByC1()[key(h1)] !== undefined, 15_000, { description: 'c1 publishing its view of h1' }).catch(() => {});
+    assert.equal(discoveredByC1()[key(h1)], `${HOME_PUBLIC}:51824`, 'c1 publishes what it sees');
   });
 
   test('all pods reach all pods, IPv4 and IPv6, across both NAT\'d sites', async () => {

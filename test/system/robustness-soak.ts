@@ -137,9 +137,13 @@ export async function soak(tc: TestContext, scope: Scope): Promise<void> {
     const firstHalf = s.filter((x) => x.at >= SECONDS / 4 && x.at < SECONDS / 2);
     const peak = (xs: Sample[]) => Math.max(...xs.map((x) => x.rss));
     assert.ok(peak(half) - peak(firstHalf) < 48 * 1048576, `${side.toUpperCase()}: RSS levels off: ${mib(peak(firstHalf)).toFixed(0)} → ${mib(peak(half)).toFixed(0)} MiB`);
-    // (A listen-port change briefly holds the old and the new sockets: a couple of descriptors.)
+    // A listen-port change briefly holds the old and the new sockets, eventfd and reader thread
+    // (up to ~8 descriptors for a moment); a leak raises the floor, so the floor of the last
+    // samples is what must not grow, and a transient stays bounded.
     const earlier = s.filter((x) => x.at < SECONDS / 2).map((x) => x.fds);
-    assert.ok(Math.max(...half.map((x) => x.fds)) <= Math.max(...earlier) + 2, `${side.toUpperCase()}: descriptors do not grow: ${s.map((x) => x.fds).join(' ')}`);
+    const floor = Math.min(...s.slice(-3).map((x) => x.fds));
+    assert.ok(floor <= Math.max(...earlier) + 2, `${side.toUpperCase()}: descriptors do not grow: ${s.map((x) => x.fds).join(' ')}`);
+    assert.ok(Math.max(...half.map((x) => x.fds)) <= Math.max(...earlier) + 12, `${side.toUpperCase()}: descriptor peaks stay bounded: ${s.map((x) => x.fds).join(' ')}`);
   }
   assert.ok(t.a.process.running && t.b.process.running, `both daemons still run${ctx()}`);
 }
