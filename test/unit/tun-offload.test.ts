@@ -338,6 +338,56 @@ describe('TUN offload: coalescing segments (GRO)', () => {
     for (const w of out) assertValidTcp(kernelCompletes(w), 'flow');
   });
 
+  /** What the receiving stack sees of one write: a merged packet completed, a lone one as it is. */
+  const received = (w: Written) => ({ merged: w.header.gsoType !== GSO_NONE, seq: seqOf(w.packet), bytes: payloadOf(w.packet).length });
+  const NO_OFFLOAD = { flags: 0, gsoType: GSO_NONE, hdrLen: 0, gsoSize: 0, csumStart: 0, csumOffset: 0 };
+
+  for (const v6 of [false, true]) {
+    test(`IPv${v6 ? 6 : 4}: a segment with a bad TCP checksum is never merged: written alone, unchanged, for the kernel to drop`, () => {
+      const segment = (i: number) => flow(i * mss, mss, { v6 });
+      for (const bad of [0, 3, 6]) { // first, middle, last of seven
+        const segments = Array.from({ length: 7 }, (_, i) => segment(i));
+        const corrupt = segments[bad];
+        corrupt[corrupt.length - 1] ^= 0x40; // a payload bit flipped after the checksum was made
+        const copy = corrupt.slice();
+        const out = coalesce(segments);
+        const expected = [
+          ...(bad > 0 ? [{ merged: bad > 1, seq: 0, bytes: bad * mss }] : []),
+          { merged: false, seq: bad * mss, bytes: mss },
+          ...(bad < 6 ? [{ merged: bad < 5, seq: (bad + 1) * mss, bytes: (6 - bad) * mss }] : []),
+        ];
+        assert.deepEqual(out.map(received), expected, `bad segment ${bad}`);
+        const lone = out.find((w) => seqOf(w.packet) === bad * mss)!;
+        assert.deepEqual(lone.header, NO_OFFLOAD, 'no NEEDS_CSUM: the kernel verifies it');
+        assert.deepEqual(lone.packet, copy, 'written as it came, bad checksum included');
+        assert.throws(() => assertValidTcp(lone.packet, 'corrupt'), /TCP checksum/);
+        for (const w of out) if (w !== lone) assertValidTcp(kernelCompletes(w), 'good segments');
+      }
+    });
+  }
+
+  test('a segment with a bad IPv4 header checksum is never merged (the merge would recompute it)', () => {
+    const segments = Array.from({ length: 5 }, (_, i) => flow(i * mss, mss));
+    segments[2][5] ^= 0x01; // the IP ID (not compared between segments), checksum left as it was
+    const copy = segments[2].slice();
+    const out = coalesce(segments);
+    assert.deepEqual(out.map(received), [
+      { merged: true, seq: 0, bytes: 2 * mss }, { merged: false, seq: 2 * mss, bytes: mss }, { merged: true, seq: 3 * mss, bytes: 2 * mss },
+    ]);
+    assert.deepEqual(out[1].packet, copy);
+    assert.notEqual(internetChecksum(out[1].packet, 0, 20), 0, 'the kernel drops it');
+  });
+
+  test('a bad checksum in either segment of a pair keeps both apart; good pairs still merge', () => {
+    const pair = () => [flow(0, mss), flow(mss, mss)];
+    assert.deepEqual(coalesce(pair()).map(received), [{ merged: true, seq: 0, bytes: 2 * mss }]);
+    for (const bad of [0, 1]) {
+      const segments = pair();
+      segments[bad][60] ^= 0xff;
+      assert.deepEqual(coalesce(segments).map(received), [{ merged: false, seq: 0, bytes: mss }, { merged: false, seq: mss, bytes: mss }]);
+    }
+  });
+
   test('a coalesced packet stays within 64 KiB', () => {
     const segments = Array.from({ length: 70 }, (_, i) => flow(i * mss, mss));
     const out = coalesce(segments);
