@@ -22,7 +22,7 @@ import { chmodSync, lstatSync, mkdirSync, unlinkSync, watch, type FSWatcher } fr
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { basename, join } from 'node:path';
 import type { UapiHandler } from './uapi-device.ts';
-import { UAPI_ERRNO, formatErrno, formatGetResponse, parseSetRequest } from './uapi-protocol.ts';
+import { UAPI_ERRNO, describeLine, formatErrno, formatGetResponse, parseSetRequest } from './uapi-protocol.ts';
 import { STATS_OPERATION, formatStatsResponse } from './uapi-stats.ts';
 
 export type { UapiHandler } from './uapi-device.ts';
@@ -496,7 +496,8 @@ class Connection {
           this.startDeadline();
           await this.respond(formatErrno(errno));
         } else {
-          this.log(`control socket: invalid operation ${JSON.stringify(operation.slice(0, 40))}; closing the connection`);
+          // Never a part of the line: it may be a key line sent without `set=1`.
+          this.log(`control socket: invalid operation, ${describeLine(operation)}; closing the connection`);
           break;
         }
       }
