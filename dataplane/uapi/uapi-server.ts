@@ -21,6 +21,7 @@
 import { chmodSync, lstatSync, mkdirSync, unlinkSync, watch, type FSWatcher } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { basename, join } from 'node:path';
+import { wipe } from '../noise/keys.ts';
 import type { UapiHandler } from './uapi-device.ts';
 import { UAPI_ERRNO, describeLine, formatErrno, formatGetResponse, parseSetRequest } from './uapi-protocol.ts';
 import { STATS_OPERATION, formatStatsResponse } from './uapi-stats.ts';
@@ -537,12 +538,16 @@ class Connection {
       this.log(`control socket: set rejected (errno ${parsed.errno}): ${parsed.message}`);
       return parsed.errno;
     }
+    const request = parsed.request;
     try {
-      const errno = await this.handler.set(parsed.request);
+      const errno = await this.handler.set(request);
       return Number.isInteger(errno) ? errno : UAPI_ERRNO.UNKNOWN;
     } catch (err) {
       this.log(`control socket: set failed: ${(err as Error)?.message ?? err}`);
       return UAPI_ERRNO.UNKNOWN;
+    } finally {
+      // The device copied what it keeps; the parsed secrets are not needed any more.
+      wipe(request.privateKey, ...request.peers.map((peer) => peer.presharedKey));
     }
   }
 }

@@ -4,7 +4,7 @@
  * malformed: keys in the right fields, keys pasted into the wrong ones (ports, endpoints,
  * prefixes, flags), keys as key names, key lines sent without `set=1`, keys in base64 where hex
  * is expected, truncated keys. No log line may contain any 8-character piece of any of those
- * secrets, in hex or base64.
+ * secrets, in hex or base64. And the keys a set request brought are wiped once applied.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -14,7 +14,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import { generatePrivateKey, keyToHex } from '../../dataplane/noise/keys.ts';
-import { createUapiHandler } from '../../dataplane/uapi/uapi-device.ts';
+import { createUapiHandler, type UapiHandler } from '../../dataplane/uapi/uapi-device.ts';
+import type { SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
 import { startUapiServer, type UapiServer } from '../../dataplane/uapi/uapi-server.ts';
 import { makeDevicePair } from '../helpers/device-pair.ts';
 
@@ -31,7 +32,7 @@ function exchange(path: string, text: string): Promise<string> {
   });
 }
 
-describe('control socket: secrets never reach the log', () => {
+describe('control socket: secrets never reach the log, nor outlive a request', () => {
   let dir: string;
   const servers: UapiServer[] = [];
   before(() => { dir = mkdtempSync(join(tmpdir(), 'rg-uapi-secrets-')); });
@@ -90,6 +91,34 @@ describe('control socket: secrets never reach the log', () => {
       // The messages still say what was wrong.
       assert.ok(logs.some((l) => /listen_port: not an unsigned decimal number/.test(l)), logs.join('\n'));
       assert.ok(logs.some((l) => /invalid operation, a line with key "private_key"/.test(l)), logs.join('\n'));
+    } finally {
+      await pair.close();
+    }
+  });
+
+  test('the keys parsed from a set request are wiped once applied; a replaced preshared key leaves no copy', async () => {
+    const crypto = await selectCrypto();
+    const pair = await makeDevicePair(crypto);
+    try {
+      const device = createUapiHandler(pair.a.device);
+      const seen: SetRequest[] = [];
+      const handler: UapiHandler = { get: () => device.get(), set: (request) => { seen.push(request); return device.set(request); } };
+      const server = await startUapiServer(`rgwipe${process.pid % 10000}`, handler, { dir });
+      servers.push(server);
+      const peerKey = pair.b.device.core.ourPublicKey!;
+      const peer = pair.a.device.core.getPeer(peerKey)!;
+      const [priv, psk1, psk2] = [generatePrivateKey(crypto), generatePrivateKey(crypto), generatePrivateKey(crypto)];
+      const set = (lines: string[]) => exchange(server.path, `set=1\n${lines.join('\n')}\n\n`);
+      assert.match(await set([`private_key=${keyToHex(priv)}`, `public_key=${keyToHex(peerKey)}`, `preshared_key=${keyToHex(psk1)}`]), /errno=0/);
+      assert.equal(keyToHex(pair.a.device.core.ourPrivateKey!), keyToHex(priv), 'applied');
+      const held = peer.presharedKey;
+      assert.equal(keyToHex(held), keyToHex(psk1), 'applied');
+      const [request] = seen;
+      assert.ok(request.privateKey!.every((b) => b === 0), 'the parsed private key is zero');
+      assert.ok(request.peers[0].presharedKey!.every((b) => b === 0), 'the parsed preshared key is zero');
+      assert.match(await set([`public_key=${keyToHex(peerKey)}`, `preshared_key=${keyToHex(psk2)}`]), /errno=0/);
+      assert.equal(keyToHex(held), keyToHex(psk2), 'the old preshared key was overwritten where it was held');
+      assert.ok(seen[1].peers[0].presharedKey!.every((b) => b === 0));
     } finally {
       await pair.close();
     }
