@@ -110,22 +110,29 @@ export class WireGuardCore implements PeerHost {
 
   /**
    * Sets (or, with all zeros, clears) our static private key. Peers whose public key equals our
-   * new public key are removed, and every existing session ends.
+   * new public key are removed, and every existing session ends. The replaced key is wiped (here
+   * and in the crypto provider, which may keep a prepared form of the current one).
    */
   setPrivateKey(key: Uint8Array): void {
     if (key.length !== 32) throw new Error(`a private key has 32 bytes, got ${key.length}`);
+    const previous = this.privateKey;
     if (isZeroKey(key)) {
       this.privateKey = undefined;
       this.publicKey = undefined;
       this.cookieChecker = undefined;
     } else {
       this.privateKey = clampPrivateKey(key);
+      this.crypto.replaceStaticKey?.(this.privateKey, undefined);
       this.publicKey = this.crypto.publicKey(this.privateKey);
       this.cookieChecker = new CookieChecker(this.crypto, this.publicKey, this.timings.cookieRefreshTime);
       const self = this.peersByKey.get(keyToHex(this.publicKey));
       if (self) this.removePeer(self.publicKey);
     }
     for (const peer of this.peersByKey.values()) peer.identityChanged();
+    if (previous !== undefined && (this.privateKey === undefined || !constantTimeEqual(previous, this.privateKey))) {
+      this.crypto.replaceStaticKey?.(undefined, previous);
+    }
+    previous?.fill(0);
   }
 
   /** Adds a peer (keyed by public key). Throws if the key is malformed or is our own. */

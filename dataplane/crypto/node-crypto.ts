@@ -124,7 +124,8 @@ function privateKeyObject(raw: Uint8Array): KeyObject {
  * decoding manages ~9.6k keys/s against ~74k/s for JWK, which made key import cost more than the
  * scalar multiplication (~23k/s). On Bun both are far faster than the multiplication. Private
  * keys stay on the DER path even though JWK would be faster there too: a JWK needs the secret as
- * a base64 string, which cannot be wiped from the heap, and the cache below hides the cost.
+ * a base64 string, which cannot be wiped from the heap; the static-key cache below hides the cost
+ * where it matters.
  */
 function publicKeyObject(raw: Uint8Array): KeyObject {
   const x = Buffer.from(raw.buffer, raw.byteOffset, raw.length).toString('base64url');
@@ -132,13 +133,15 @@ function publicKeyObject(raw: Uint8Array): KeyObject {
 }
 
 /**
- * Private KeyObjects are cached because OpenSSL 3's PKCS#8 decoder is slow (~2k keys/s on Node 20,
- * ten times slower than the multiplication). A handshake alternates between the static key and
- * one ephemeral key (publicKey(e), DH(e, S), DH(s, S), DH(e, E), DH(s, E)), so a few entries
- * suffice; evicted raw copies are wiped.
+ * The static private keys announced with replaceStaticKey, as KeyObjects: OpenSSL 3's PKCS#8
+ * decoder is slow (~2k keys/s on Node 20, ten times slower than the multiplication), and a
+ * device's static key takes part in every handshake. A few entries (several devices may share a
+ * process); a replaced or evicted key's raw copy is wiped and its KeyObject dropped. Ephemeral
+ * keys are never kept: each call builds its KeyObject and lets it go, so no copy of an ephemeral
+ * key outlives the call (a handshake decodes its ephemeral key two or three times instead of once).
  */
-const PRIVATE_CACHE_SIZE = 4;
-const privateCache: { raw: Uint8Array; obj: KeyObject }[] = [];
+const STATIC_KEYS = 4;
+const staticKeys: { raw: Uint8Array; obj: KeyObject }[] = [];
 
 function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   if (a.length !== b.length) return false;
@@ -147,24 +150,31 @@ function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return diff === 0;
 }
 
-function cachedPrivateKeyObject(raw: Uint8Array): KeyObject {
-  for (let i = 0; i < privateCache.length; i++) {
-    const entry = privateCache[i];
-    if (sameBytes(entry.raw, raw)) {
-      if (i > 0) { privateCache.splice(i, 1); privateCache.unshift(entry); } // most recent first
-      return entry.obj;
+function privateKeyObjectFor(raw: Uint8Array): KeyObject {
+  for (const entry of staticKeys) if (sameBytes(entry.raw, raw)) return entry.obj;
+  return privateKeyObject(raw);
+}
+
+function replaceStaticKey(next: Uint8Array | undefined, previous: Uint8Array | undefined): void {
+  if (previous !== undefined) {
+    for (let i = staticKeys.length - 1; i >= 0; i--) {
+      if (sameBytes(staticKeys[i].raw, previous)) staticKeys.splice(i, 1)[0].raw.fill(0);
     }
   }
-  const obj = privateKeyObject(raw);
-  privateCache.unshift({ raw: Uint8Array.from(raw), obj });
-  if (privateCache.length > PRIVATE_CACHE_SIZE) privateCache.pop()!.raw.fill(0);
-  return obj;
+  if (next === undefined || next.length !== KEY_SIZE || staticKeys.some((entry) => sameBytes(entry.raw, next))) return;
+  staticKeys.unshift({ raw: Uint8Array.from(next), obj: privateKeyObject(next) });
+  if (staticKeys.length > STATIC_KEYS) staticKeys.pop()!.raw.fill(0);
+}
+
+/** How many private keys this provider holds (tests: only announced static keys, never ephemeral ones). */
+export function heldPrivateKeyCount(): number {
+  return staticKeys.length;
 }
 
 const dh: Dh = {
   publicKey(privateKey) {
     requireLength('X25519 private key', privateKey, KEY_SIZE);
-    const der = nodeCrypto.createPublicKey(cachedPrivateKeyObject(privateKey)).export({ format: 'der', type: 'spki' });
+    const der = nodeCrypto.createPublicKey(privateKeyObjectFor(privateKey)).export({ format: 'der', type: 'spki' });
     return Uint8Array.from(der.subarray(SPKI_PREFIX_LENGTH));
   },
   sharedSecret(privateKey, publicKey) {
@@ -172,7 +182,7 @@ const dh: Dh = {
     requireLength('X25519 public key', publicKey, KEY_SIZE);
     let shared: Buffer;
     try {
-      shared = nodeCrypto.diffieHellman({ privateKey: cachedPrivateKeyObject(privateKey), publicKey: publicKeyObject(publicKey) });
+      shared = nodeCrypto.diffieHellman({ privateKey: privateKeyObjectFor(privateKey), publicKey: publicKeyObject(publicKey) });
     } catch {
       // Lengths were checked above, so a failure here is the library refusing an all-zero result
       // (OpenSSL: ERR_OSSL_FAILED_DURING_DERIVATION; Bun: ERR_CRYPTO_OPERATION_FAILED).
@@ -181,6 +191,7 @@ const dh: Dh = {
     // Belt and braces: should a library ever return the zero secret instead of throwing.
     return isAllZero(shared) ? null : plain(shared);
   },
+  replaceStaticKey,
 };
 
 // --- BLAKE2s hash and HMAC ----------------------------------------------------------------------
@@ -210,6 +221,8 @@ function composedHmac(key: Uint8Array, ...parts: Uint8Array[]): Uint8Array {
   for (let i = 0; i < HMAC_BLOCK; i++) hmacPad[i] ^= 0x36 ^ 0x5c;
   const outer = nodeCrypto.createHash(HASH).update(hmacPad).update(innerDigest).digest();
   hmacPad.fill(0);
+  innerDigest.fill(0);
+  if (k !== key) k.fill(0);
   return plain(outer);
 }
 

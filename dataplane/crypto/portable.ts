@@ -109,7 +109,9 @@ const hashes: Hashes = {
   hash(...parts) {
     const h = new BLAKE2s(HASH_SIZE);
     for (const p of parts) h.update(p);
-    return h.digest();
+    const out = h.digest();
+    h.clean(); // the state has absorbed the (possibly secret) input
+    return out;
   },
   hmac(key, ...parts) {
     // HMAC's block size comes from the hash (64 for BLAKE2s), which is what WireGuard specifies.
@@ -119,7 +121,9 @@ const hashes: Hashes = {
     // exactly what RFC 2104 prescribes, and WireGuard's own keys (32 bytes) never take this path.
     const h = new HMAC(BLAKE2s, key.length > HMAC_BLOCK_SIZE ? blake2sOneShot(key, HASH_SIZE) : key);
     for (const p of parts) h.update(p);
-    return h.digest();
+    const out = h.digest();
+    h.clean(); // its saved inner and outer states are keyed: wipe them (h is not used again)
+    return out;
   },
   mac(key, data) {
     // WireGuard uses 32-byte keys (mac1) and 16-byte keys (the cookie, for mac2); BLAKE2s takes

@@ -46,6 +46,13 @@ export interface Dh {
   publicKey(privateKey: Uint8Array): Uint8Array;
   /** X25519 shared secret, or null when the result is all zero (low-order point). */
   sharedSecret(privateKey: Uint8Array, publicKey: Uint8Array): Uint8Array | null;
+  /**
+   * Optional. `next` becomes a long-lived private key (a device's static key, used in many DH),
+   * which the provider may keep in a prepared form; `previous` is no longer used, and the
+   * provider forgets it and wipes its copies. Private keys never announced here (ephemeral
+   * ones) must not be kept, in any form, past the call that uses them.
+   */
+  replaceStaticKey?(next: Uint8Array | undefined, previous: Uint8Array | undefined): void;
 }
 
 export interface Hashes {

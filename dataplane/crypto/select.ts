@@ -84,7 +84,9 @@ export async function loadProviders(): Promise<{ provider: CryptoProvider; error
  *   libsodium-ffi ~5.5k/s on both runtimes. The runtimes differ after that. On Node, node:crypto
  *   manages only ~1.2k/s: OpenSSL 3 parses the fresh private key's PKCS#8 DER at ~2k keys/s (a
  *   cached key runs at ~18k DH/s), so sodium-wasm (~1.8k/s) goes first. On Bun (BoringSSL),
- *   node:crypto does ~4-5k/s and sodium-wasm only ~1k/s. portable: ~0.2-0.3k/s.
+ *   node:crypto does ~4-5k/s and sodium-wasm only ~1k/s. portable: ~0.2-0.3k/s. Since node:crypto
+ *   no longer caches ephemeral keys (it decodes one per use), its figures dropped (measured
+ *   2026-12: Node ~1.5k -> ~0.6k/s, Bun ~6.4k -> ~5.3k/s), which changes neither order.
  * - hashes: on Bun node:crypto's hmac is clearly faster than portable's (~230-390k vs ~145-210k/s).
  *   On Node, hmac and KDF2 are within noise of portable (~230k hmac/s, ~75k KDF2/s) and portable's
  *   plain hash is faster for short inputs (~870k vs ~410k/s: object creation dominates), a
@@ -194,6 +196,7 @@ function compose(aead: Aead, xaead: XAead, dh: Dh, hashes: Hashes, random: Rando
     xopen: xaead.xopen.bind(xaead),
     publicKey: dh.publicKey.bind(dh),
     sharedSecret: dh.sharedSecret.bind(dh),
+    ...(dh.replaceStaticKey ? { replaceStaticKey: dh.replaceStaticKey.bind(dh) } : {}),
     hash: hashes.hash.bind(hashes),
     hmac: hashes.hmac.bind(hashes),
     mac: hashes.mac.bind(hashes),

@@ -83,19 +83,50 @@ function makeXAead(s: Sodium): XAead {
   };
 }
 
+/** The compiled module under the wrappers: its heap and the raw C functions. */
+interface SodiumModule {
+  HEAPU8: Uint8Array;
+  _malloc(size: number): number;
+  _crypto_scalarmult(q: number, n: number, p: number): number;
+  _crypto_scalarmult_base(q: number, n: number): number;
+}
+
+/**
+ * X25519 on the raw module rather than the wrappers: the wrappers copy the private key into a
+ * heap block and free it without clearing it, which leaves every private key used (each
+ * handshake's ephemeral key among them) and every shared secret in free heap memory until
+ * something happens to overwrite it. Here one block, allocated once, holds the private key, the
+ * public key and the result, and is zeroed after every call.
+ */
 function makeDh(s: Sodium): Dh {
+  const m = (s as unknown as { libsodium: SodiumModule }).libsodium;
+  const block = m._malloc(3 * KEY_SIZE);
+  if (block === 0) throw new Error('sodium-wasm: _malloc failed');
+  const n = block, p = block + KEY_SIZE, q = block + 2 * KEY_SIZE;
+  // m.HEAPU8 is read at each use: the heap's buffer is replaced when it grows.
+  const clear = () => m.HEAPU8.fill(0, block, block + 3 * KEY_SIZE);
+  const result = (): Uint8Array => m.HEAPU8.slice(q, q + KEY_SIZE);
   return {
     publicKey(privateKey) {
       requireLength('X25519 private key', privateKey, KEY_SIZE);
-      return s.crypto_scalarmult_base(privateKey);
+      try {
+        m.HEAPU8.set(privateKey, n);
+        if (m._crypto_scalarmult_base(q, n) !== 0) throw new Error('sodium-wasm: crypto_scalarmult_base failed');
+        return result();
+      } finally {
+        clear();
+      }
     },
     sharedSecret(privateKey, publicKey) {
       requireLength('X25519 private key', privateKey, KEY_SIZE);
       requireLength('X25519 public key', publicKey, KEY_SIZE);
       try {
-        return s.crypto_scalarmult(privateKey, publicKey);
-      } catch {
-        return null; // "weak public key": small-order point, all-zero result
+        m.HEAPU8.set(privateKey, n);
+        m.HEAPU8.set(publicKey, p);
+        // -1 for a small-order point (an all-zero result).
+        return m._crypto_scalarmult(q, n, p) === 0 ? result() : null;
+      } finally {
+        clear();
       }
     },
   };

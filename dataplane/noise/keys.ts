@@ -15,7 +15,15 @@ export function clampPrivateKey(key: Uint8Array): Uint8Array {
 }
 
 export function generatePrivateKey(crypto: Pick<Crypto, 'randomBytes'>): Uint8Array {
-  return clampPrivateKey(crypto.randomBytes(KEY_LENGTH));
+  const random = crypto.randomBytes(KEY_LENGTH);
+  const key = clampPrivateKey(random);
+  random.fill(0); // the unclamped copy is (nearly) the key too
+  return key;
+}
+
+/** Overwrites secrets that are no longer used with zeros (null and undefined are skipped). */
+export function wipe(...secrets: (Uint8Array | null | undefined)[]): void {
+  for (const secret of secrets) secret?.fill(0);
 }
 
 export function isZeroKey(key: Uint8Array): boolean {

@@ -9,7 +9,7 @@
  * MACs after creating.
  */
 import type { Crypto } from '../crypto/primitives.ts';
-import { isZeroKey } from './keys.ts';
+import { isZeroKey, wipe } from './keys.ts';
 import {
   INITIATION, INITIATION_SIZE, MESSAGE_INITIATION, MESSAGE_RESPONSE, RESPONSE, RESPONSE_SIZE,
   readU32, writeU32,
@@ -22,6 +22,31 @@ export const IDENTIFIER = 'WireGuard v1 zx2c4 Jason@zx2c4.com';
 const encoder = new TextEncoder();
 const EMPTY = new Uint8Array(0);
 const ZERO_NONCE = new Uint8Array(12);
+
+/**
+ * The secrets one handshake step computes on the way (chaining keys, temporary AEAD keys `k`, DH
+ * results, hashes, an ephemeral private key): each is registered as it is made, and all are
+ * wiped when the step ends, whether it succeeded or failed. What the step keeps is copied into
+ * the Handshake's own buffers first, so no secret outlives the step in a buffer nobody wipes.
+ */
+class Intermediates {
+  private readonly secrets: Uint8Array[] = [];
+
+  keep<T extends Uint8Array | null>(secret: T): T {
+    if (secret !== null) this.secrets.push(secret);
+    return secret;
+  }
+
+  keepAll<T extends Uint8Array[]>(secrets: T): T {
+    for (const secret of secrets) this.secrets.push(secret);
+    return secrets;
+  }
+
+  wipe(): void {
+    for (const secret of this.secrets) secret.fill(0);
+    this.secrets.length = 0;
+  }
+}
 
 export enum HandshakeState {
   Zeroed,
@@ -52,7 +77,11 @@ export class Handshake {
 
   constructor(readonly remoteStatic: Uint8Array) {}
 
-  /** Forgets the ephemeral secrets and chaining state (not the replay/flood history). */
+  /**
+   * Forgets the ephemeral secrets and chaining state (not the replay/flood history, nor the
+   * preshared key and static-static DH, which are configuration). The buffers are zeroed in place:
+   * the handshake functions only ever copy into them.
+   */
   clear(): void {
     this.hash.fill(0);
     this.chainKey.fill(0);
@@ -96,13 +125,16 @@ const ONE = Uint8Array.of(1);
 
 export function kdf1(crypto: Crypto, key: Uint8Array, input: Uint8Array): Uint8Array {
   const prk = crypto.hmac(key, input);
-  return crypto.hmac(prk, ONE);
+  const t0 = crypto.hmac(prk, ONE);
+  prk.fill(0);
+  return t0;
 }
 
 export function kdf2(crypto: Crypto, key: Uint8Array, input: Uint8Array): [Uint8Array, Uint8Array] {
   const prk = crypto.hmac(key, input);
   const t0 = crypto.hmac(prk, ONE);
   const t1 = crypto.hmac(prk, t0, Uint8Array.of(2));
+  prk.fill(0);
   return [t0, t1];
 }
 
@@ -111,12 +143,14 @@ export function kdf3(crypto: Crypto, key: Uint8Array, input: Uint8Array): [Uint8
   const t0 = crypto.hmac(prk, ONE);
   const t1 = crypto.hmac(prk, t0, Uint8Array.of(2));
   const t2 = crypto.hmac(prk, t1, Uint8Array.of(3));
+  prk.fill(0);
   return [t0, t1, t2];
 }
 
-/** Recomputes DH(our static, their static) after our key or the peer changed. */
+/** Recomputes DH(our static, their static) after our key or the peer changed; the old one is wiped. */
 export function precomputeStaticStatic(identity: NoiseIdentity, handshake: Handshake): void {
   const { staticPrivate } = identity;
+  wipe(handshake.precomputedStaticStatic);
   handshake.precomputedStaticStatic = staticPrivate && !isZeroKey(staticPrivate)
     ? identity.crypto.sharedSecret(staticPrivate, handshake.remoteStatic)
     : null;
@@ -146,36 +180,40 @@ export function createInitiation(
   if (!staticPublic) return 'no-private-key';
   if (!handshake.precomputedStaticStatic) return 'invalid-peer-key';
   const initial = noiseInitialValues(crypto);
+  const t = new Intermediates();
+  try {
+    const ephemeralPrivate = t.keep(crypto.randomBytes(32));
+    const ephemeralPublic = crypto.publicKey(ephemeralPrivate);
+    let hash = t.keep(crypto.hash(initial.hash, handshake.remoteStatic));
+    let chainKey = t.keep(kdf1(crypto, initial.chainKey, ephemeralPublic));
+    hash = t.keep(crypto.hash(hash, ephemeralPublic));
 
-  const ephemeralPrivate = crypto.randomBytes(32);
-  const ephemeralPublic = crypto.publicKey(ephemeralPrivate);
-  let hash = crypto.hash(initial.hash, handshake.remoteStatic);
-  let chainKey = kdf1(crypto, initial.chainKey, ephemeralPublic);
-  hash = crypto.hash(hash, ephemeralPublic);
+    const es = t.keep(crypto.sharedSecret(ephemeralPrivate, handshake.remoteStatic));
+    if (!es) return 'low-order-point';
+    let key: Uint8Array;
+    [chainKey, key] = t.keepAll(kdf2(crypto, chainKey, es));
+    out.fill(0, 0, INITIATION_SIZE);
+    out[0] = MESSAGE_INITIATION;
+    writeU32(out, INITIATION.sender, localIndex);
+    out.set(ephemeralPublic, INITIATION.ephemeral);
+    const encryptedStatic = crypto.seal(key, ZERO_NONCE, staticPublic, hash,
+      out.subarray(INITIATION.encryptedStatic, INITIATION.encryptedStatic + 48));
+    hash = t.keep(crypto.hash(hash, encryptedStatic));
 
-  const es = crypto.sharedSecret(ephemeralPrivate, handshake.remoteStatic);
-  if (!es) return 'low-order-point';
-  let key: Uint8Array;
-  [chainKey, key] = kdf2(crypto, chainKey, es);
-  out.fill(0, 0, INITIATION_SIZE);
-  out[0] = MESSAGE_INITIATION;
-  writeU32(out, INITIATION.sender, localIndex);
-  out.set(ephemeralPublic, INITIATION.ephemeral);
-  const encryptedStatic = crypto.seal(key, ZERO_NONCE, staticPublic, hash,
-    out.subarray(INITIATION.encryptedStatic, INITIATION.encryptedStatic + 48));
-  hash = crypto.hash(hash, encryptedStatic);
+    [chainKey, key] = t.keepAll(kdf2(crypto, chainKey, handshake.precomputedStaticStatic));
+    const encryptedTimestamp = crypto.seal(key, ZERO_NONCE, tai64n(wallNowMs), hash,
+      out.subarray(INITIATION.encryptedTimestamp, INITIATION.encryptedTimestamp + 28));
+    hash = t.keep(crypto.hash(hash, encryptedTimestamp));
 
-  [chainKey, key] = kdf2(crypto, chainKey, handshake.precomputedStaticStatic);
-  const encryptedTimestamp = crypto.seal(key, ZERO_NONCE, tai64n(wallNowMs), hash,
-    out.subarray(INITIATION.encryptedTimestamp, INITIATION.encryptedTimestamp + 28));
-  hash = crypto.hash(hash, encryptedTimestamp);
-
-  handshake.hash = hash;
-  handshake.chainKey = chainKey;
-  handshake.localEphemeralPrivate = ephemeralPrivate;
-  handshake.localIndex = localIndex;
-  handshake.state = HandshakeState.InitiationCreated;
-  return out.subarray(0, INITIATION_SIZE);
+    handshake.hash.set(hash);
+    handshake.chainKey.set(chainKey);
+    handshake.localEphemeralPrivate.set(ephemeralPrivate); // replaces (overwrites) an earlier attempt's
+    handshake.localIndex = localIndex;
+    handshake.state = HandshakeState.InitiationCreated;
+    return out.subarray(0, INITIATION_SIZE);
+  } finally {
+    t.wipe();
+  }
 }
 
 /** What consuming an initiation found out, before the peer's handshake state is touched. */
@@ -187,7 +225,7 @@ export interface ConsumedInitiation<P> {
 /**
  * Consumes a handshake initiation (mac1 already checked). `findPeer` maps the decrypted static
  * key to the peer and its handshake state. On success the peer's handshake holds the responder
- * state, ready for createResponse.
+ * state, ready for createResponse (an initiation of ours still pending is abandoned).
  */
 export function consumeInitiation<P>(
   identity: NoiseIdentity, message: Uint8Array, nowMs: number, rateLimitMs: number,
@@ -196,92 +234,104 @@ export function consumeInitiation<P>(
   const { crypto, staticPrivate, staticPublic } = identity;
   if (!staticPrivate || !staticPublic) return 'no-private-key';
   const initial = noiseInitialValues(crypto);
+  const t = new Intermediates();
+  try {
+    const ephemeral = message.subarray(INITIATION.ephemeral, INITIATION.ephemeral + 32);
+    let hash = t.keep(crypto.hash(initial.hash, staticPublic));
+    hash = t.keep(crypto.hash(hash, ephemeral));
+    let chainKey = t.keep(kdf1(crypto, initial.chainKey, ephemeral));
 
-  const ephemeral = message.subarray(INITIATION.ephemeral, INITIATION.ephemeral + 32);
-  let hash = crypto.hash(initial.hash, staticPublic);
-  hash = crypto.hash(hash, ephemeral);
-  let chainKey = kdf1(crypto, initial.chainKey, ephemeral);
+    const es = t.keep(crypto.sharedSecret(staticPrivate, ephemeral));
+    if (!es) return 'low-order-point';
+    let key: Uint8Array;
+    [chainKey, key] = t.keepAll(kdf2(crypto, chainKey, es));
+    const encryptedStatic = message.subarray(INITIATION.encryptedStatic, INITIATION.encryptedStatic + 48);
+    const peerStatic = crypto.open(key, ZERO_NONCE, encryptedStatic, hash);
+    if (!peerStatic) return 'decryption-failed';
+    hash = t.keep(crypto.hash(hash, encryptedStatic));
 
-  const es = crypto.sharedSecret(staticPrivate, ephemeral);
-  if (!es) return 'low-order-point';
-  let key: Uint8Array;
-  [chainKey, key] = kdf2(crypto, chainKey, es);
-  const encryptedStatic = message.subarray(INITIATION.encryptedStatic, INITIATION.encryptedStatic + 48);
-  const peerStatic = crypto.open(key, ZERO_NONCE, encryptedStatic, hash);
-  if (!peerStatic) return 'decryption-failed';
-  hash = crypto.hash(hash, encryptedStatic);
+    const found = findPeer(peerStatic);
+    if (!found) return 'unknown-peer';
+    const { handshake } = found;
+    if (!handshake.precomputedStaticStatic) return 'invalid-peer-key';
 
-  const found = findPeer(peerStatic);
-  if (!found) return 'unknown-peer';
-  const { handshake } = found;
-  if (!handshake.precomputedStaticStatic) return 'invalid-peer-key';
+    [chainKey, key] = t.keepAll(kdf2(crypto, chainKey, handshake.precomputedStaticStatic));
+    const encryptedTimestamp = message.subarray(INITIATION.encryptedTimestamp, INITIATION.encryptedTimestamp + 28);
+    const timestamp = crypto.open(key, ZERO_NONCE, encryptedTimestamp, hash);
+    if (!timestamp) return 'decryption-failed';
+    hash = t.keep(crypto.hash(hash, encryptedTimestamp));
 
-  [chainKey, key] = kdf2(crypto, chainKey, handshake.precomputedStaticStatic);
-  const encryptedTimestamp = message.subarray(INITIATION.encryptedTimestamp, INITIATION.encryptedTimestamp + 28);
-  const timestamp = crypto.open(key, ZERO_NONCE, encryptedTimestamp, hash);
-  if (!timestamp) return 'decryption-failed';
-  hash = crypto.hash(hash, encryptedTimestamp);
+    // Only now, with the initiator authenticated, do replay and flood checks touch peer state.
+    if (!tai64nAfter(timestamp, handshake.lastTimestamp)) return 'replayed-timestamp';
+    if (nowMs - handshake.lastInitiationConsumption <= rateLimitMs) return 'initiation-flood';
 
-  // Only now, with the initiator authenticated, do replay and flood checks touch peer state.
-  if (!tai64nAfter(timestamp, handshake.lastTimestamp)) return 'replayed-timestamp';
-  if (nowMs - handshake.lastInitiationConsumption <= rateLimitMs) return 'initiation-flood';
-
-  handshake.hash = hash;
-  handshake.chainKey = chainKey;
-  handshake.remoteIndex = readU32(message, INITIATION.sender);
-  handshake.remoteEphemeral = Uint8Array.from(ephemeral);
-  handshake.lastTimestamp = Uint8Array.from(timestamp);
-  handshake.lastInitiationConsumption = nowMs;
-  handshake.state = HandshakeState.InitiationConsumed;
-  return found;
+    handshake.hash.set(hash);
+    handshake.chainKey.set(chainKey);
+    handshake.localEphemeralPrivate.fill(0);
+    handshake.remoteIndex = readU32(message, INITIATION.sender);
+    handshake.remoteEphemeral.set(ephemeral);
+    handshake.lastTimestamp = Uint8Array.from(timestamp);
+    handshake.lastInitiationConsumption = nowMs;
+    handshake.state = HandshakeState.InitiationConsumed;
+    return found;
+  } finally {
+    t.wipe();
+  }
 }
 
 // --- Message 2: response ---
 
-/** Creates the response to a consumed initiation into `out` (92 bytes; MACs left zero). */
+/**
+ * Creates the response to a consumed initiation into `out` (92 bytes; MACs left zero). The
+ * responder's ephemeral key is not needed afterwards and is not kept.
+ */
 export function createResponse(
   identity: NoiseIdentity, handshake: Handshake, localIndex: number,
   out: Uint8Array = new Uint8Array(RESPONSE_SIZE),
 ): Uint8Array | HandshakeError {
   const { crypto } = identity;
   if (handshake.state !== HandshakeState.InitiationConsumed) return 'wrong-state';
+  const t = new Intermediates();
+  try {
+    const ephemeralPrivate = t.keep(crypto.randomBytes(32));
+    const ephemeralPublic = crypto.publicKey(ephemeralPrivate);
+    let hash = t.keep(crypto.hash(handshake.hash, ephemeralPublic));
+    let chainKey = t.keep(kdf1(crypto, handshake.chainKey, ephemeralPublic));
 
-  const ephemeralPrivate = crypto.randomBytes(32);
-  const ephemeralPublic = crypto.publicKey(ephemeralPrivate);
-  let hash = crypto.hash(handshake.hash, ephemeralPublic);
-  let chainKey = kdf1(crypto, handshake.chainKey, ephemeralPublic);
+    const ee = t.keep(crypto.sharedSecret(ephemeralPrivate, handshake.remoteEphemeral));
+    if (!ee) return 'low-order-point';
+    chainKey = t.keep(kdf1(crypto, chainKey, ee));
+    const se = t.keep(crypto.sharedSecret(ephemeralPrivate, handshake.remoteStatic));
+    if (!se) return 'low-order-point';
+    chainKey = t.keep(kdf1(crypto, chainKey, se));
 
-  const ee = crypto.sharedSecret(ephemeralPrivate, handshake.remoteEphemeral);
-  if (!ee) return 'low-order-point';
-  chainKey = kdf1(crypto, chainKey, ee);
-  const se = crypto.sharedSecret(ephemeralPrivate, handshake.remoteStatic);
-  if (!se) return 'low-order-point';
-  chainKey = kdf1(crypto, chainKey, se);
+    const [nextChainKey, tau, key] = t.keepAll(kdf3(crypto, chainKey, handshake.presharedKey));
+    chainKey = nextChainKey;
+    hash = t.keep(crypto.hash(hash, tau));
 
-  const [nextChainKey, tau, key] = kdf3(crypto, chainKey, handshake.presharedKey);
-  chainKey = nextChainKey;
-  hash = crypto.hash(hash, tau);
+    out.fill(0, 0, RESPONSE_SIZE);
+    out[0] = MESSAGE_RESPONSE;
+    writeU32(out, RESPONSE.sender, localIndex);
+    writeU32(out, RESPONSE.receiver, handshake.remoteIndex);
+    out.set(ephemeralPublic, RESPONSE.ephemeral);
+    const encryptedNothing = crypto.seal(key, ZERO_NONCE, EMPTY, hash,
+      out.subarray(RESPONSE.encryptedNothing, RESPONSE.encryptedNothing + 16));
+    hash = t.keep(crypto.hash(hash, encryptedNothing));
 
-  out.fill(0, 0, RESPONSE_SIZE);
-  out[0] = MESSAGE_RESPONSE;
-  writeU32(out, RESPONSE.sender, localIndex);
-  writeU32(out, RESPONSE.receiver, handshake.remoteIndex);
-  out.set(ephemeralPublic, RESPONSE.ephemeral);
-  const encryptedNothing = crypto.seal(key, ZERO_NONCE, EMPTY, hash,
-    out.subarray(RESPONSE.encryptedNothing, RESPONSE.encryptedNothing + 16));
-  hash = crypto.hash(hash, encryptedNothing);
-
-  handshake.hash = hash;
-  handshake.chainKey = chainKey;
-  handshake.localEphemeralPrivate = ephemeralPrivate;
-  handshake.localIndex = localIndex;
-  handshake.state = HandshakeState.ResponseCreated;
-  return out.subarray(0, RESPONSE_SIZE);
+    handshake.hash.set(hash);
+    handshake.chainKey.set(chainKey);
+    handshake.localIndex = localIndex;
+    handshake.state = HandshakeState.ResponseCreated;
+    return out.subarray(0, RESPONSE_SIZE);
+  } finally {
+    t.wipe();
+  }
 }
 
 /**
  * Consumes a handshake response (mac1 already checked) for the handshake the caller found by the
- * message's receiver index. Nothing in `handshake` changes unless the response authenticates.
+ * message's receiver index. Nothing in `handshake` changes unless the response authenticates;
+ * then our ephemeral key, no longer needed, is wiped.
  */
 export function consumeResponse(
   identity: NoiseIdentity, handshake: Handshake, message: Uint8Array,
@@ -289,30 +339,35 @@ export function consumeResponse(
   const { crypto, staticPrivate } = identity;
   if (!staticPrivate) return 'no-private-key';
   if (handshake.state !== HandshakeState.InitiationCreated) return 'wrong-state';
+  const t = new Intermediates();
+  try {
+    const ephemeral = message.subarray(RESPONSE.ephemeral, RESPONSE.ephemeral + 32);
+    let hash = t.keep(crypto.hash(handshake.hash, ephemeral));
+    let chainKey = t.keep(kdf1(crypto, handshake.chainKey, ephemeral));
 
-  const ephemeral = message.subarray(RESPONSE.ephemeral, RESPONSE.ephemeral + 32);
-  let hash = crypto.hash(handshake.hash, ephemeral);
-  let chainKey = kdf1(crypto, handshake.chainKey, ephemeral);
+    const ee = t.keep(crypto.sharedSecret(handshake.localEphemeralPrivate, ephemeral));
+    if (!ee) return 'low-order-point';
+    chainKey = t.keep(kdf1(crypto, chainKey, ee));
+    const se = t.keep(crypto.sharedSecret(staticPrivate, ephemeral));
+    if (!se) return 'low-order-point';
+    chainKey = t.keep(kdf1(crypto, chainKey, se));
 
-  const ee = crypto.sharedSecret(handshake.localEphemeralPrivate, ephemeral);
-  if (!ee) return 'low-order-point';
-  chainKey = kdf1(crypto, chainKey, ee);
-  const se = crypto.sharedSecret(staticPrivate, ephemeral);
-  if (!se) return 'low-order-point';
-  chainKey = kdf1(crypto, chainKey, se);
+    const [nextChainKey, tau, key] = t.keepAll(kdf3(crypto, chainKey, handshake.presharedKey));
+    chainKey = nextChainKey;
+    hash = t.keep(crypto.hash(hash, tau));
+    const encryptedNothing = message.subarray(RESPONSE.encryptedNothing, RESPONSE.encryptedNothing + 16);
+    if (!crypto.open(key, ZERO_NONCE, encryptedNothing, hash)) return 'decryption-failed';
+    hash = t.keep(crypto.hash(hash, encryptedNothing));
 
-  const [nextChainKey, tau, key] = kdf3(crypto, chainKey, handshake.presharedKey);
-  chainKey = nextChainKey;
-  hash = crypto.hash(hash, tau);
-  const encryptedNothing = message.subarray(RESPONSE.encryptedNothing, RESPONSE.encryptedNothing + 16);
-  if (!crypto.open(key, ZERO_NONCE, encryptedNothing, hash)) return 'decryption-failed';
-  hash = crypto.hash(hash, encryptedNothing);
-
-  handshake.hash = hash;
-  handshake.chainKey = chainKey;
-  handshake.remoteIndex = readU32(message, RESPONSE.sender);
-  handshake.state = HandshakeState.ResponseConsumed;
-  return true;
+    handshake.hash.set(hash);
+    handshake.chainKey.set(chainKey);
+    handshake.localEphemeralPrivate.fill(0);
+    handshake.remoteIndex = readU32(message, RESPONSE.sender);
+    handshake.state = HandshakeState.ResponseConsumed;
+    return true;
+  } finally {
+    t.wipe();
+  }
 }
 
 /** The two transport keys a finished handshake yields, from this side's point of view. */

@@ -101,7 +101,7 @@ export class Peer implements TimerActions {
 
   setPresharedKey(key: Uint8Array): void {
     if (key.length !== 32) throw new Error(`a preshared key has 32 bytes, got ${key.length}`);
-    this.handshake.presharedKey = Uint8Array.from(key);
+    this.handshake.presharedKey.set(key); // in place: the replaced key leaves no copy behind
   }
 
   get presharedKey(): Uint8Array {

@@ -44,10 +44,8 @@ import {
   O_CLOEXEC, O_NONBLOCK, O_RDWR, SIOCGIFMTU, SIOCSIFMTU, SOCK_CLOEXEC, SOCK_DGRAM, TUNSETIFF, TUNSETOFFLOAD, TUN_F_CSUM, TUN_F_TSO4,
   TUN_F_TSO6, cString, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
-import {
-  GSO_NONE, MAX_COALESCED, VNET_F_NEEDS_CSUM, VNET_HDR_SIZE, coalesceAndWrite, completeChecksum, newSegmentPlan, planSegments,
-  VNET_READ_SIZE, readVnetHeader, wordsOf, writeSegment, type SegmentPlan, type VnetHeader,
-} from './offload.ts';
+import { MAX_COALESCED, VNET_HDR_SIZE, VNET_READ_SIZE, coalesceAndWrite, wordsOf } from './offload.ts';
+import { VNET_READ_REFUSED, VnetReader, type SlotSink } from './vnet-read.ts';
 import { isBun, startWorker, waitAsync } from '../sys/threads.ts';
 import type { ReaderConfig } from './reader-worker.ts';
 import {
@@ -139,8 +137,7 @@ export class LinuxTun implements Tun {
   private writeBuffer: Uint8Array | undefined;
   private writeDone = new Uint8Array(256);
   /** The event-loop reader's scratch state with a vnet header. */
-  private vnet: { scratch: Uint8Array; words: Uint32Array; header: VnetHeader; plan: SegmentPlan } | undefined;
-  private vnetScratchWords: Uint32Array | undefined;
+  private vnetReader: VnetReader | undefined;
   private worker: Worker | undefined;
   private pollHandle: { close(): void } | undefined;
   /** Whole-slot views of the ring memory, for the event-loop reader. */
@@ -482,31 +479,31 @@ export class LinuxTun implements Tun {
 
   /**
    * The event-loop reader with a vnet header: each read lands in a private buffer and is copied,
-   * or split into segments (offload.ts), into the ring's slots; a full set of slots is delivered
-   * before more are filled. At most MAX_VNET_READS reads per callback (the poll is level-triggered).
+   * or split into segments, into the ring's slots (vnet-read.ts, the same checks as the reader
+   * thread); a full set of slots is delivered before more are filled. At most MAX_VNET_READS reads
+   * per callback (the poll is level-triggered).
    */
   private readNowVnet(slots: Uint8Array[]): void {
     const { libc, fd, packets } = this;
-    const v = (this.vnet ??= {
-      scratch: new Uint8Array(2 + VNET_READ_SIZE),
-      words: wordsOf(this.buffer),
-      header: { flags: 0, gsoType: 0, hdrLen: 0, gsoSize: 0, csumStart: 0, csumOffset: 0 },
-      plan: newSegmentPlan(),
-    });
-    // The IP packet starts 4-byte aligned after the 10-byte header (see reader-worker.ts).
-    const target = v.scratch.subarray(2);
-    const packet = v.scratch.subarray(2 + VNET_HDR_SIZE);
-    const scratchWords = (this.vnetScratchWords ??= wordsOf(v.scratch.buffer));
+    const reader = (this.vnetReader ??= new VnetReader(SLOT_SIZE, wordsOf(this.buffer)));
     let count = 0;
     let goneErrno = 0;
     let failure: unknown;
-    const flush = () => {
-      if (count === 0) return;
-      failure ??= this.deliver(packets, count);
-      count = 0;
+    const sink: SlotSink = {
+      slot: () => {
+        if (count === DEFAULT_SLOTS) {
+          failure ??= this.deliver(packets, count);
+          count = 0;
+        }
+        return slots[count];
+      },
+      filled: (length) => {
+        packets[count] = slots[count].subarray(0, length);
+        count++;
+      },
     };
     for (let reads = 0; reads < MAX_VNET_READS && !this.closed; reads++) {
-      const n = libc.read(fd, target, VNET_READ_SIZE);
+      const n = libc.read(fd, reader.target, VNET_READ_SIZE);
       if (n <= 0) {
         if (n === 0) break;
         const outcome = this.readFailed();
@@ -514,36 +511,9 @@ export class LinuxTun implements Tun {
         goneErrno = outcome;
         break;
       }
-      const length = n - VNET_HDR_SIZE;
-      const h = readVnetHeader(target, 0, v.header);
-      if (length <= 0) {
-        Atomics.add(this.ring.header, READ_ERRORS, 1);
-        continue;
-      }
-      if (h.gsoType === GSO_NONE) {
-        if (((h.flags & VNET_F_NEEDS_CSUM) !== 0 && !completeChecksum(packet, length, h.csumStart, h.csumOffset, scratchWords)) || length > SLOT_SIZE) {
-          Atomics.add(this.ring.header, READ_ERRORS, 1);
-          continue;
-        }
-        if (count === DEFAULT_SLOTS) flush();
-        slots[count].set(packet.subarray(0, length));
-        packets[count] = slots[count].subarray(0, length);
-        count++;
-        continue;
-      }
-      const plan = v.plan;
-      if (!planSegments(packet, length, h, plan)) {
-        Atomics.add(this.ring.header, READ_ERRORS, 1);
-        continue;
-      }
-      for (let i = 0; i < plan.segments; i++) {
-        if (count === DEFAULT_SLOTS) flush();
-        const size = writeSegment(packet, plan, i, slots[count], v.words);
-        packets[count] = slots[count].subarray(0, size);
-        count++;
-      }
+      if (reader.ingest(n, sink) === VNET_READ_REFUSED) Atomics.add(this.ring.header, READ_ERRORS, 1);
     }
-    flush();
+    if (count > 0) failure ??= this.deliver(packets, count);
     if (goneErrno !== 0) this.deviceGone(errnoError(`${this.name}: TUN read`, goneErrno, 'interface deleted'));
     if (failure !== undefined) queueMicrotask(() => { throw failure; });
   }

@@ -20,10 +20,19 @@
  * apart from sequence number and length (same addresses, ports, ACK number, TCP options, TTL/hop
  * limit, TOS/traffic class, only ACK and a final PSH set, equal sizes but for a shorter last one,
  * at most 64 KiB) become one packet written with a TCPV4/TCPV6 header and NEEDS_CSUM, its TCP
- * checksum field set to the pseudo-header sum (the kernel's CHECKSUM_PARTIAL convention; the
- * packets were authenticated by WireGuard, and the kernel module treats decrypted packets as
- * checksummed too). Everything else is written unchanged, one packet per write, in order; packets
- * of different flows may overtake each other, those of one flow never do.
+ * checksum field set to the pseudo-header sum (the kernel's CHECKSUM_PARTIAL convention).
+ * Everything else is written unchanged, one packet per write, in order; packets of different flows
+ * may overtake each other, those of one flow never do.
+ *
+ * Checksums before merging: NEEDS_CSUM tells the receiving stack that the checksum is the
+ * sender's job and still to be done, so it never verifies the merged bytes; the IPv4 header
+ * checksum of a merged packet is recomputed here too. A segment whose checksums are wrong (an
+ * authenticated peer can send one: WireGuard authenticates the tunnel, not the inner packet) would
+ * thus be laundered into a packet the kernel accepts. So every segment's IPv4 header checksum and
+ * TCP checksum (pseudo-header included) is verified before it is merged, as wireguard-go's GRO
+ * does; one that fails is written on its own, unchanged, for the kernel to check and drop, and
+ * ends its flow's run there (order within a flow is kept). The first segment of a run is only
+ * verified once a second one could join it: a packet written alone is the kernel's to check.
  *
  * All helpers here are pure functions over byte arrays (unit-tested in test/unit/tun-offload.test.ts).
  * virtio_net_hdr fields are in host byte order (little-endian on x86-64 and AArch64), as a TUN
@@ -329,6 +338,34 @@ function sameHeaders(first: Uint8Array, q: Uint8Array, l4: number): boolean {
   return true;
 }
 
+/**
+ * The 32-bit view of the buffer the last verified packet lay in (packets of one batch normally
+ * share one pool buffer), so that {@link segmentChecksumsValid} sums words, not bytes.
+ */
+let lastBuffer: ArrayBufferLike | undefined;
+let lastWords: Uint32Array | undefined;
+
+function wordsFor(buffer: ArrayBufferLike): Uint32Array {
+  if (buffer !== lastBuffer || lastWords === undefined || lastWords.length !== buffer.byteLength >>> 2) {
+    lastBuffer = buffer;
+    lastWords = wordsOf(buffer);
+  }
+  return lastWords;
+}
+
+/**
+ * Whether a coalescable TCP segment (TCP header at `l4`: 20 for IPv4 without options, 40 for IPv6
+ * without extension headers) carries a correct IPv4 header checksum and a correct TCP checksum:
+ * the ones'-complement sum over the header, or over the pseudo-header and the whole TCP segment
+ * with its checksum field, folds to 0xffff.
+ */
+export function segmentChecksumsValid(p: Uint8Array, l4: number): boolean {
+  const words = wordsFor(p.buffer);
+  const v6 = l4 === 40;
+  if (!v6 && fold(sum16(p, 0, 20)) !== 0xffff) return false;
+  return fold(pseudoHeaderSum(p, v6, PROTO_TCP, p.length - l4) + sum16(p, l4, p.length, words)) === 0xffff;
+}
+
 /** At most this many packets of other flows are looked past when gathering one flow's segments. */
 const LOOKAHEAD = 64;
 
@@ -380,6 +417,9 @@ export function coalesceAndWrite(
       if (coalescableTcp(q) !== l4 || !sameHeaders(p, q, l4) || readU32(q, l4 + 4) !== nextSeq) break;
       const size = q.length - headerLength;
       if (size > segmentSize || total + size > MAX_COALESCED) break;
+      // Neither a bad first segment nor a bad next one is merged (see the module comment).
+      if (segments === 1 && !segmentChecksumsValid(p, l4)) break;
+      if (!segmentChecksumsValid(q, l4)) break;
       buffer.set(q.subarray(headerLength), H + total);
       total += size;
       segments++;

@@ -11,10 +11,10 @@
  * is STATE in the ring header: the main thread sets STOP_REQUESTED and waits (briefly, with
  * Atomics.wait) until this thread answers STOPPED; after that it is free to close the fds.
  *
- * With a vnet header (IFF_VNET_HDR, see offload.ts) each read lands in a private buffer first: a
- * TCP super-packet is split into segments, one ring slot each (waiting for room in the ring when
- * needed), and a partial checksum the kernel left is completed, so the main thread only ever sees
- * whole MTU-sized packets.
+ * With a vnet header (IFF_VNET_HDR, see offload.ts) each read lands in a private buffer first
+ * (vnet-read.ts, shared with the event-loop reader): a TCP super-packet is split into segments, one
+ * ring slot each (waiting for room in the ring when needed), and a partial checksum the kernel
+ * left is completed, so the main thread only ever sees whole MTU-sized packets.
  *
  * When the interface is deleted the kernel detaches the fd: poll reports POLLERR and read fails
  * with EBADFD. The worker then sets DEVICE_GONE, answers STOPPED and ends.
@@ -27,9 +27,8 @@ import { DEVICE_GONE_ERRNOS, EAGAIN, EBADFD, EINTR, POLLERR, POLLHUP, POLLIN, PO
 import {
   DEVICE_GONE, MAIN_WAITING, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING,
   STATE_STOP_REQUESTED, WRITE_SEQ, ringViews, finishReader } from './ring.ts';
-import {
-  GSO_NONE, VNET_F_NEEDS_CSUM, VNET_HDR_SIZE, VNET_READ_SIZE, completeChecksum, newSegmentPlan, planSegments, readVnetHeader, wordsOf,
-  writeSegment, type VnetHeader } from './offload.ts';
+import { VNET_READ_SIZE, wordsOf } from './offload.ts';
+import { VNET_READ_REFUSED, VNET_READ_STOPPED, VnetReader, type SlotSink } from './vnet-read.ts';
 
 export interface ReaderConfig {
   /** The TUN fd, opened with O_NONBLOCK. */
@@ -77,17 +76,9 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
     }
   };
 
-  // With a vnet header: reads land in a private buffer, 2 bytes in, so that the IP packet after
-  // the 10-byte header starts 4-byte aligned (the checksum reads 32-bit words), then are copied or
-  // split into ring slots.
-  const vnet = config.vnetHeader === true;
-  const scratch = vnet ? new Uint8Array(2 + VNET_READ_SIZE) : undefined;
-  const vnetRead = scratch?.subarray(2);
-  const packet = scratch?.subarray(2 + VNET_HDR_SIZE);
-  const scratchWords = scratch ? wordsOf(scratch.buffer) : undefined;
-  const ringWords = vnet ? wordsOf(config.buffer) : undefined;
-  const vnetHeader: VnetHeader = { flags: 0, gsoType: 0, hdrLen: 0, gsoSize: 0, csumStart: 0, csumOffset: 0 };
-  const plan = newSegmentPlan();
+  // With a vnet header: reads land in a private buffer and are copied or split into ring slots
+  // (vnet-read.ts, shared with the event-loop reader).
+  const vnet = config.vnetHeader === true ? new VnetReader(slotSize, wordsOf(config.buffer)) : undefined;
 
   /** Waits until a slot is free (publishing first); false when a stop was requested meanwhile. */
   const waitForRoom = (): boolean => {
@@ -100,49 +91,21 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
     }
   };
 
-  /**
-   * Puts the `n` bytes read (vnet header + packet) into the ring: as they are, or split into
-   * segments. Returns 0 when it used the one slot known to be free, 1 when it waited for more,
-   * -1 when a stop was requested while it waited.
-   */
-  const ingest = (n: number): number => {
-    const p = packet!;
-    const length = n - VNET_HDR_SIZE;
-    if (length <= 0) {
-      Atomics.add(header, READ_ERRORS, 1);
-      return 0;
-    }
-    const h = readVnetHeader(vnetRead!, 0, vnetHeader);
-    if (h.gsoType === GSO_NONE) {
-      if ((h.flags & VNET_F_NEEDS_CSUM) !== 0 && !completeChecksum(p, length, h.csumStart, h.csumOffset, scratchWords)) {
-        Atomics.add(header, READ_ERRORS, 1);
-        return 0;
+  // The slots of one read: the first is known to be free; a super-packet's later segments wait
+  // for room when the ring fills (`waited` then tells the read loop to look at READ_SEQ again).
+  let waited = false;
+  const sink: SlotSink = {
+    slot: () => {
+      if (((write - Atomics.load(header, READ_SEQ)) | 0) >= slots) {
+        if (!waitForRoom()) return undefined;
+        waited = true;
       }
-      if (length > slotSize) {
-        Atomics.add(header, READ_ERRORS, 1);
-        return 0;
-      }
-      const slot = write & mask;
-      slotViews[slot].set(p.subarray(0, length));
-      lengths[slot] = length;
+      return slotViews[write & mask];
+    },
+    filled: (length) => {
+      lengths[write & mask] = length;
       write = (write + 1) | 0;
-      return 0;
-    }
-    if (!planSegments(p, length, h, plan) || plan.headerLength + plan.segmentSize > slotSize) {
-      Atomics.add(header, READ_ERRORS, 1);
-      return 0;
-    }
-    let waited = 0;
-    for (let i = 0; i < plan.segments; i++) {
-      if (i > 0 && ((write - Atomics.load(header, READ_SEQ)) | 0) >= slots) {
-        if (!waitForRoom()) return -1;
-        waited = 1;
-      }
-      const slot = write & mask;
-      lengths[slot] = writeSegment(p, plan, i, slotViews[slot], ringWords);
-      write = (write + 1) | 0;
-    }
-    return waited;
+    },
   };
 
   for (;;) {
@@ -174,7 +137,7 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
         consumed = Atomics.load(header, READ_SEQ);
         if (((write - consumed) | 0) >= slots) break;
       }
-      const n = vnet ? libc.read(fd, vnetRead!, VNET_READ_SIZE) : libc.read(fd, slotViews[write & mask], slotSize);
+      const n = vnet ? libc.read(fd, vnet.target, VNET_READ_SIZE) : libc.read(fd, slotViews[write & mask], slotSize);
       if (n > 0) {
         if (!vnet) {
           lengths[write & mask] = n;
@@ -182,9 +145,11 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
           publish();
           continue;
         }
-        const result = ingest(n);
-        if (result < 0) return finish(0); // stop requested while waiting for room
-        consumed = result === 0 ? consumed : Atomics.load(header, READ_SEQ);
+        waited = false;
+        const placed = vnet.ingest(n, sink);
+        if (placed === VNET_READ_STOPPED) return finish(0); // stop requested while waiting for room
+        if (placed === VNET_READ_REFUSED) Atomics.add(header, READ_ERRORS, 1);
+        if (waited) consumed = Atomics.load(header, READ_SEQ);
         publish();
         continue;
       }

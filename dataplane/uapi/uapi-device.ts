@@ -39,7 +39,10 @@ export interface UapiHost {
 export interface UapiHandler {
   /** A snapshot, or a complete `get` answer already formatted (formatGetResponse). */
   get(): DeviceSnapshot | string | Promise<DeviceSnapshot | string>;
-  /** Applies a validated request; resolves to the errno to answer (0 = success). */
+  /**
+   * Applies a validated request; resolves to the errno to answer (0 = success). The request's
+   * private and preshared keys are wiped once this settles: copy what is kept.
+   */
   set(request: SetRequest): number | Promise<number>;
   /** Counters, or an answer already formatted (formatStatsResponse); absent: the operation is unknown. */
   stats?(): DeviceStats | string | Promise<DeviceStats | string>;

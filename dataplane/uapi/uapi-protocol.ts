@@ -121,12 +121,46 @@ function invalid(message: string): never {
   throw new UapiParseError(UAPI_ERRNO.EINVAL, message);
 }
 
+// --- what error messages may quote --------------------------------------------------------------
+// Messages end up in the daemon's log, and a control-socket line may carry a key (a private or
+// preshared key pasted into the wrong field, a key line sent without `set=1`). So no message
+// quotes a value that could hold part of one: a key is 64 hex digits (or 44 base64 characters
+// where a user copied `wg genkey` output), so any run of 8 or more characters of those alphabets
+// is withheld, and only the length is said. Addresses, ports and words still show, which is
+// what a user needs to find the mistake.
+
+/** Eight or more characters in a row that a hex or base64 key could contain. */
+const KEY_LIKE_RUN = /[A-Za-z0-9+/_=-]{8,}/;
+/** What a UAPI key name looks like (all of them are lowercase words joined by '_'). */
+const KEY_NAME = /^[a-z][a-z_]{0,39}$/;
+
+/** `value` in quotes when it cannot hold part of a key, else only its length. */
+export function quoteValue(value: string): string {
+  const text = value.slice(0, 80);
+  return KEY_LIKE_RUN.test(text) ? `a value of ${value.length} characters (not shown)` : JSON.stringify(text);
+}
+
+/** A key name in quotes when it looks like one, else only its length (it could be a secret). */
+export function quoteKeyName(key: string): string {
+  return KEY_NAME.test(key) ? JSON.stringify(key) : `of ${key.length} characters (not shown)`;
+}
+
+/**
+ * How a control-socket line is named in a log: its key name (when it looks like one), never its
+ * value; a line without '=' only by its length.
+ */
+export function describeLine(line: string): string {
+  const eq = line.indexOf('=');
+  if (eq < 0) return `a line of ${line.length} characters without "=" (not shown)`;
+  return `a line with key ${quoteKeyName(line.slice(0, eq))} (value not shown)`;
+}
+
 /** A strict unsigned decimal (digits only, no sign, no spaces) no larger than `max`. */
 function parseUnsigned(key: string, value: string, max: number): number {
   // Leading zeros are fine (as with Go's ParseUint); the length bound only keeps Number() exact.
-  if (!/^[0-9]{1,32}$/.test(value)) invalid(`${key}: not an unsigned decimal number: ${JSON.stringify(value)}`);
+  if (!/^[0-9]{1,32}$/.test(value)) invalid(`${key}: not an unsigned decimal number: ${quoteValue(value)}`);
   const n = Number(value);
-  if (n > max) invalid(`${key}: ${value} is larger than ${max}`);
+  if (n > max) invalid(`${key}: ${quoteValue(value)} is larger than ${max}`);
   return n;
 }
 
@@ -140,7 +174,7 @@ function parseKey(key: string, value: string): Uint8Array {
 }
 
 function parseTrue(key: string, value: string): true {
-  if (value !== 'true') invalid(`${key}: the only accepted value is "true", got ${JSON.stringify(value.slice(0, 80))}`);
+  if (value !== 'true') invalid(`${key}: the only accepted value is "true", got ${quoteValue(value)}`);
   return true;
 }
 
@@ -148,11 +182,12 @@ function parseAllowedIp(value: string): AllowedIpChange {
   const remove = value.startsWith('-');
   const text = remove ? value.slice(1) : value;
   // Like wireguard-go (netip.ParsePrefix), the prefix length is required.
-  if (!text.includes('/')) invalid(`allowed_ip: missing prefix length in ${JSON.stringify(value.slice(0, 80))}`);
+  if (!text.includes('/')) invalid(`allowed_ip: missing prefix length in ${quoteValue(value)}`);
   try {
     return { prefix: parsePrefix(text), remove };
   } catch (err) {
-    return invalid(`allowed_ip: ${(err as Error).message}`);
+    // The parser's message quotes its input: only passed on when the input may be quoted.
+    return invalid(`allowed_ip: ${KEY_LIKE_RUN.test(value) ? `not a prefix: ${quoteValue(value)}` : (err as Error).message}`);
   }
 }
 
@@ -160,7 +195,7 @@ function parseEndpoint(value: string): Endpoint {
   try {
     return Endpoint.parse(value);
   } catch (err) {
-    return invalid(`endpoint: ${(err as Error).message}`);
+    return invalid(`endpoint: ${KEY_LIKE_RUN.test(value) ? `not ip:port nor [ipv6]:port: ${quoteValue(value)}` : (err as Error).message}`);
   }
 }
 
@@ -198,10 +233,10 @@ function applyPeerLine(peer: PeerChange, key: string, value: string): void {
       peer.allowedIps.push(parseAllowedIp(value));
       return;
     case 'protocol_version':
-      if (value !== '1') invalid(`protocol_version: only version 1 exists, got ${JSON.stringify(value.slice(0, 80))}`);
+      if (value !== '1') invalid(`protocol_version: only version 1 exists, got ${quoteValue(value)}`);
       return;
     default:
-      invalid(`unknown peer key ${JSON.stringify(key.slice(0, 80))}`);
+      invalid(`unknown peer key ${quoteKeyName(key)}`);
   }
 }
 
@@ -262,7 +297,7 @@ export function parseSetRequest(body: string | readonly string[], options: SetPa
           request.replacePeers = parseTrue(key, value);
           break;
         default:
-          invalid(`unknown device key ${JSON.stringify(key.slice(0, 80))}`);
+          invalid(`unknown device key ${quoteKeyName(key)}`);
       }
     }
   } catch (err) {
@@ -370,7 +405,7 @@ export function parseGetResponse(text: string): GetParseResult {
       const value = line.slice(eq + 1);
       if (key === 'errno') {
         finishPeer();
-        if (!/^-?[0-9]{1,10}$/.test(value)) invalid(`errno: not a number: ${JSON.stringify(value)}`);
+        if (!/^-?[0-9]{1,10}$/.test(value)) invalid(`errno: not a number: ${quoteValue(value)}`);
         const errno = Number(value);
         return errno === 0 ? { ok: true, snapshot } : { ok: false, errno, message: `the device answered errno=${errno}` };
       }

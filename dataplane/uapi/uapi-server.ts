@@ -21,8 +21,9 @@
 import { chmodSync, lstatSync, mkdirSync, unlinkSync, watch, type FSWatcher } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { basename, join } from 'node:path';
+import { wipe } from '../noise/keys.ts';
 import type { UapiHandler } from './uapi-device.ts';
-import { UAPI_ERRNO, formatErrno, formatGetResponse, parseSetRequest } from './uapi-protocol.ts';
+import { UAPI_ERRNO, describeLine, formatErrno, formatGetResponse, parseSetRequest } from './uapi-protocol.ts';
 import { STATS_OPERATION, formatStatsResponse } from './uapi-stats.ts';
 
 export type { UapiHandler } from './uapi-device.ts';
@@ -496,7 +497,8 @@ class Connection {
           this.startDeadline();
           await this.respond(formatErrno(errno));
         } else {
-          this.log(`control socket: invalid operation ${JSON.stringify(operation.slice(0, 40))}; closing the connection`);
+          // Never a part of the line: it may be a key line sent without `set=1`.
+          this.log(`control socket: invalid operation, ${describeLine(operation)}; closing the connection`);
           break;
         }
       }
@@ -536,12 +538,16 @@ class Connection {
       this.log(`control socket: set rejected (errno ${parsed.errno}): ${parsed.message}`);
       return parsed.errno;
     }
+    const request = parsed.request;
     try {
-      const errno = await this.handler.set(parsed.request);
+      const errno = await this.handler.set(request);
       return Number.isInteger(errno) ? errno : UAPI_ERRNO.UNKNOWN;
     } catch (err) {
       this.log(`control socket: set failed: ${(err as Error)?.message ?? err}`);
       return UAPI_ERRNO.UNKNOWN;
+    } finally {
+      // The device copied what it keeps; the parsed secrets are not needed any more.
+      wipe(request.privateKey, ...request.peers.map((peer) => peer.presharedKey));
     }
   }
 }

@@ -41,7 +41,7 @@
  * does not know is kept under its name.
  */
 import { keyFromHex, keyToHex } from '../noise/keys.ts';
-import { UAPI_ERRNO } from './uapi-protocol.ts';
+import { UAPI_ERRNO, quoteValue } from './uapi-protocol.ts';
 
 /** The operation line (without its `\n`). */
 export const STATS_OPERATION = 'get=roamguard-stats';
@@ -116,7 +116,7 @@ export function formatStatsResponse(stats: DeviceStats): string {
 class StatsParseError extends Error {}
 
 function unsigned(key: string, value: string): number {
-  if (!/^[0-9]{1,20}$/.test(value)) throw new StatsParseError(`${key}: not an unsigned decimal number: ${JSON.stringify(value.slice(0, 40))}`);
+  if (!/^[0-9]{1,20}$/.test(value)) throw new StatsParseError(`${key}: not an unsigned decimal number: ${quoteValue(value)}`);
   const n = Number(value);
   if (n > Number.MAX_SAFE_INTEGER) throw new StatsParseError(`${key}: ${value} is larger than 2^53 - 1`);
   return n;
@@ -141,7 +141,7 @@ export function parseStatsResponse(text: string): StatsParseResult {
       const key = line.slice(0, eq);
       const value = line.slice(eq + 1);
       if (key === 'errno') {
-        if (!/^-?[0-9]{1,10}$/.test(value)) throw new StatsParseError(`errno: not a number: ${JSON.stringify(value.slice(0, 40))}`);
+        if (!/^-?[0-9]{1,10}$/.test(value)) throw new StatsParseError(`errno: not a number: ${quoteValue(value)}`);
         const errno = Number(value);
         return errno === 0 ? { ok: true, stats } : { ok: false, errno, message: `the data plane answered errno=${errno}` };
       }
@@ -170,7 +170,7 @@ export function parseStatsResponse(text: string): StatsParseResult {
         case 'handshakes_completed': peer.handshakesCompleted = unsigned(key, value); break;
         case 'handshake_failures': peer.handshakeFailures = unsigned(key, value); break;
         case 'handshake_pending':
-          if (value !== 'true' && value !== 'false') throw new StatsParseError(`handshake_pending: expected true or false, got ${JSON.stringify(value.slice(0, 40))}`);
+          if (value !== 'true' && value !== 'false') throw new StatsParseError(`handshake_pending: expected true or false, got ${quoteValue(value)}`);
           peer.handshakePending = value === 'true';
           break;
         case 'endpoint_changes': peer.endpointChanges = unsigned(key, value); break;

@@ -11,6 +11,9 @@ import {
 } from '../../dataplane/constants.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { HandshakeState } from '../../dataplane/noise/noise-protocol.ts';
+import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
+import { WireGuardCore } from '../../dataplane/core.ts';
+import { ManualClock } from '../../dataplane/clock.ts';
 import { A_INNER, B_INNER, makeCorePair, type CorePair, type InFlight } from '../helpers/core-pair.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
 
@@ -104,6 +107,30 @@ describe('handshake', () => {
     handshake(pair);
     assert.equal(pair.b.core.drops.get('unknown-peer'), 1);
     assert.equal(pair.a.peer.hasSession, false);
+  });
+
+  test('a replaced private key is wiped, and the crypto provider told to forget it', () => {
+    const calls: string[] = [];
+    const hexOf = (k: Uint8Array | undefined) => (k ? Buffer.from(k).toString('hex').slice(0, 8) : '-');
+    const told: Crypto = { ...crypto, replaceStaticKey: (next, previous) => { calls.push(`${hexOf(next)}/${hexOf(previous)}`); } };
+    const core = new WireGuardCore({ crypto: told, clock: new ManualClock(), outputs: { sendDatagram() {}, deliverPacket() {} } });
+    const first = generatePrivateKey(crypto);
+    core.setPrivateKey(first);
+    const held = core.ourPrivateKey!;
+    const heldHex = hexOf(held);
+    assert.deepEqual(calls, [`${heldHex}/-`], 'the new key is announced as static');
+    core.setPrivateKey(Uint8Array.from(held)); // the same key again: nothing to forget
+    const same = core.ourPrivateKey!;
+    assert.ok(held.every((b) => b === 0), 'the replaced buffer is zero even for the same key');
+    assert.deepEqual(calls.slice(1), [`${heldHex}/-`]);
+    core.setPrivateKey(generatePrivateKey(crypto));
+    assert.ok(same.every((b) => b === 0), 'the old key is zero');
+    assert.equal(calls.at(-1), `-/${heldHex}`, 'and forgotten by the provider');
+    const last = core.ourPrivateKey!;
+    core.setPrivateKey(new Uint8Array(32)); // clearing the key wipes it too
+    assert.equal(core.ourPrivateKey, undefined);
+    assert.ok(last.every((b) => b === 0));
+    void first;
   });
 });
 

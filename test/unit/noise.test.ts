@@ -245,3 +245,128 @@ describe('keys', () => {
     assert.throws(() => keyFromHex('zz'), /64 hex digits/);
   });
 });
+
+describe('Noise handshake: no secret outlives the step that made it', () => {
+  /**
+   * A Crypto that remembers every buffer its secret-producing primitives return while recording
+   * (hashes, HMACs, so every KDF output, DH results, random bytes, so every ephemeral key).
+   */
+  function recordingCrypto(inner: Crypto) {
+    const made: Uint8Array[] = [];
+    let recording = false;
+    const seen = <T extends Uint8Array | null>(out: T): T => {
+      if (recording && out !== null) made.push(out);
+      return out;
+    };
+    const wrapped: Crypto = {
+      ...inner,
+      hash: (...parts) => seen(inner.hash(...parts)),
+      hmac: (key, ...parts) => seen(inner.hmac(key, ...parts)),
+      sharedSecret: (priv, pub) => seen(inner.sharedSecret(priv, pub)),
+      randomBytes: (n) => seen(inner.randomBytes(n)),
+    };
+    noiseInitialValues(wrapped); // computed once per Crypto and kept: not a per-handshake secret
+    return { crypto: wrapped, made, record: (on: boolean) => { recording = on; } };
+  }
+
+  const zero = (b: Uint8Array) => b.every((x) => x === 0);
+
+  function setup() {
+    const rec = recordingCrypto(crypto);
+    const make = () => {
+      const staticPrivate = generatePrivateKey(crypto);
+      return { crypto: rec.crypto, staticPrivate, staticPublic: crypto.publicKey(staticPrivate) };
+    };
+    const i = make(), r = make();
+    const iHs = new Handshake(r.staticPublic), rHs = new Handshake(i.staticPublic);
+    const psk = generatePrivateKey(crypto);
+    iHs.presharedKey = Uint8Array.from(psk);
+    rHs.presharedKey = Uint8Array.from(psk);
+    precomputeStaticStatic(i, iHs);
+    precomputeStaticStatic(r, rHs);
+    const find = (key: Uint8Array) => (hex(key) === hex(i.staticPublic) ? { peer: 'I', handshake: rHs } : undefined);
+    return { rec, i, r, iHs, rHs, find };
+  }
+
+  /** The handshake's per-attempt secrets (not the configuration: psk, static-static DH). */
+  function assertHandshakeZeroed(hs: Handshake, what: string): void {
+    assert.ok(zero(hs.hash), `${what}: hash`);
+    assert.ok(zero(hs.chainKey), `${what}: chaining key`);
+    assert.ok(zero(hs.localEphemeralPrivate), `${what}: ephemeral private key`);
+    assert.ok(zero(hs.remoteEphemeral), `${what}: remote ephemeral`);
+    assert.equal(hs.state, HandshakeState.Zeroed, what);
+  }
+
+  test('a completed handshake leaves nothing but the two session keys: every intermediate is zero', () => {
+    const { rec, i, r, iHs, rHs, find } = setup();
+    rec.record(true);
+    const init = createInitiation(i, iHs, 7, Date.now());
+    assert.ok(init instanceof Uint8Array);
+    assert.ok(!zero(iHs.localEphemeralPrivate), 'the initiator keeps its ephemeral key until the response');
+    assert.ok(typeof consumeInitiation(r, init, 0, 20, find) !== 'string');
+    const resp = createResponse(r, rHs, 8);
+    assert.ok(resp instanceof Uint8Array);
+    assert.ok(zero(rHs.localEphemeralPrivate), 'the responder needs its ephemeral key no longer than the response');
+    const rKeys = deriveSessionKeys(rec.crypto, rHs);
+    assert.equal(consumeResponse(i, iHs, resp), true);
+    assert.ok(zero(iHs.localEphemeralPrivate), 'the initiator\'s ephemeral key goes once the response is consumed');
+    const iKeys = deriveSessionKeys(rec.crypto, iHs);
+    rec.record(false);
+    assert.ok(typeof rKeys !== 'string' && typeof iKeys !== 'string');
+    const sessionKeys = new Set([rKeys.sendKey, rKeys.receiveKey, iKeys.sendKey, iKeys.receiveKey]);
+    const left = rec.made.filter((b) => !sessionKeys.has(b) && !zero(b));
+    assert.ok(rec.made.length > 30, `recorded ${rec.made.length} intermediates`);
+    assert.deepEqual(left.map(hex), [], `${left.length} of ${rec.made.length} intermediates were not wiped`);
+    assertHandshakeZeroed(iHs, 'initiator');
+    assertHandshakeZeroed(rHs, 'responder');
+  });
+
+  test('failed and abandoned steps wipe their intermediates too; clear() zeroes what a step kept', () => {
+    const { rec, i, r, iHs, rHs, find } = setup();
+    rec.record(true);
+    const first = createInitiation(i, iHs, 7, Date.now());
+    assert.ok(first instanceof Uint8Array);
+    const firstEphemeral = Uint8Array.from(iHs.localEphemeralPrivate);
+    const init = createInitiation(i, iHs, 9, Date.now() + 1); // a retry replaces the attempt
+    assert.ok(init instanceof Uint8Array);
+    assert.notEqual(hex(iHs.localEphemeralPrivate), hex(firstEphemeral));
+    // An initiation from somebody we do not know, one that does not decrypt, and one from a
+    // low-order ephemeral.
+    assert.equal(consumeInitiation(r, init, 0, 20, () => undefined), 'unknown-peer');
+    const tampered = Uint8Array.from(init);
+    tampered[60] ^= 1;
+    assert.equal(consumeInitiation(r, tampered, 0, 20, find), 'decryption-failed');
+    const lowOrder = Uint8Array.from(init);
+    lowOrder.fill(0, 8, 40);
+    assert.equal(consumeInitiation(r, lowOrder, 0, 20, find), 'low-order-point');
+    assert.ok(typeof consumeInitiation(r, init, 0, 20, find) !== 'string');
+    const resp = createResponse(r, rHs, 8);
+    assert.ok(resp instanceof Uint8Array);
+    const badResp = Uint8Array.from(resp);
+    badResp[50] ^= 1; // in the encrypted empty payload
+    const before = [hex(iHs.hash), hex(iHs.chainKey), hex(iHs.localEphemeralPrivate)];
+    assert.equal(consumeResponse(i, iHs, badResp), 'decryption-failed');
+    assert.deepEqual([hex(iHs.hash), hex(iHs.chainKey), hex(iHs.localEphemeralPrivate)], before, 'a failed response changes nothing');
+    rec.record(false);
+    const left = rec.made.filter((b) => !zero(b));
+    assert.deepEqual(left.map(hex), [], `${left.length} of ${rec.made.length} intermediates were not wiped`);
+    // What the steps kept lives only in the handshakes' own buffers, which clear() zeroes.
+    iHs.clear();
+    rHs.clear();
+    assertHandshakeZeroed(iHs, 'abandoned initiator');
+    assertHandshakeZeroed(rHs, 'abandoned responder');
+  });
+
+  test('a recomputed static-static DH wipes the old one', () => {
+    const { i, iHs } = setup();
+    const old = iHs.precomputedStaticStatic!;
+    assert.ok(!zero(old));
+    const other = generatePrivateKey(crypto);
+    precomputeStaticStatic({ crypto, staticPrivate: other, staticPublic: crypto.publicKey(other) }, iHs);
+    assert.ok(zero(old), 'the old DH result is zero');
+    assert.ok(!zero(iHs.precomputedStaticStatic!));
+    precomputeStaticStatic({ crypto, staticPrivate: undefined, staticPublic: undefined }, iHs);
+    assert.equal(iHs.precomputedStaticStatic, null);
+    void i;
+  });
+});

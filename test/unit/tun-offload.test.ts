@@ -12,6 +12,7 @@ import {
   GSO_NONE, GSO_TCPV4, GSO_TCPV6, MAX_COALESCED, VNET_F_NEEDS_CSUM, VNET_HDR_SIZE, coalesceAndWrite, completeChecksum, fold,
   newSegmentPlan, planSegments, readVnetHeader, sum16, wordsOf, writeSegment, writeVnetHeader, type VnetHeader,
 } from '../../dataplane/tun/offload.ts';
+import { VNET_READ_REFUSED, VNET_READ_STOPPED, VnetReader, type SlotSink } from '../../dataplane/tun/vnet-read.ts';
 import { internetChecksum } from '../system/packets.ts';
 import { prng } from '../helpers/prng.ts';
 
@@ -338,6 +339,56 @@ describe('TUN offload: coalescing segments (GRO)', () => {
     for (const w of out) assertValidTcp(kernelCompletes(w), 'flow');
   });
 
+  /** What the receiving stack sees of one write: a merged packet completed, a lone one as it is. */
+  const received = (w: Written) => ({ merged: w.header.gsoType !== GSO_NONE, seq: seqOf(w.packet), bytes: payloadOf(w.packet).length });
+  const NO_OFFLOAD = { flags: 0, gsoType: GSO_NONE, hdrLen: 0, gsoSize: 0, csumStart: 0, csumOffset: 0 };
+
+  for (const v6 of [false, true]) {
+    test(`IPv${v6 ? 6 : 4}: a segment with a bad TCP checksum is never merged: written alone, unchanged, for the kernel to drop`, () => {
+      const segment = (i: number) => flow(i * mss, mss, { v6 });
+      for (const bad of [0, 3, 6]) { // first, middle, last of seven
+        const segments = Array.from({ length: 7 }, (_, i) => segment(i));
+        const corrupt = segments[bad];
+        corrupt[corrupt.length - 1] ^= 0x40; // a payload bit flipped after the checksum was made
+        const copy = corrupt.slice();
+        const out = coalesce(segments);
+        const expected = [
+          ...(bad > 0 ? [{ merged: bad > 1, seq: 0, bytes: bad * mss }] : []),
+          { merged: false, seq: bad * mss, bytes: mss },
+          ...(bad < 6 ? [{ merged: bad < 5, seq: (bad + 1) * mss, bytes: (6 - bad) * mss }] : []),
+        ];
+        assert.deepEqual(out.map(received), expected, `bad segment ${bad}`);
+        const lone = out.find((w) => seqOf(w.packet) === bad * mss)!;
+        assert.deepEqual(lone.header, NO_OFFLOAD, 'no NEEDS_CSUM: the kernel verifies it');
+        assert.deepEqual(lone.packet, copy, 'written as it came, bad checksum included');
+        assert.throws(() => assertValidTcp(lone.packet, 'corrupt'), /TCP checksum/);
+        for (const w of out) if (w !== lone) assertValidTcp(kernelCompletes(w), 'good segments');
+      }
+    });
+  }
+
+  test('a segment with a bad IPv4 header checksum is never merged (the merge would recompute it)', () => {
+    const segments = Array.from({ length: 5 }, (_, i) => flow(i * mss, mss));
+    segments[2][5] ^= 0x01; // the IP ID (not compared between segments), checksum left as it was
+    const copy = segments[2].slice();
+    const out = coalesce(segments);
+    assert.deepEqual(out.map(received), [
+      { merged: true, seq: 0, bytes: 2 * mss }, { merged: false, seq: 2 * mss, bytes: mss }, { merged: true, seq: 3 * mss, bytes: 2 * mss },
+    ]);
+    assert.deepEqual(out[1].packet, copy);
+    assert.notEqual(internetChecksum(out[1].packet, 0, 20), 0, 'the kernel drops it');
+  });
+
+  test('a bad checksum in either segment of a pair keeps both apart; good pairs still merge', () => {
+    const pair = () => [flow(0, mss), flow(mss, mss)];
+    assert.deepEqual(coalesce(pair()).map(received), [{ merged: true, seq: 0, bytes: 2 * mss }]);
+    for (const bad of [0, 1]) {
+      const segments = pair();
+      segments[bad][60] ^= 0xff;
+      assert.deepEqual(coalesce(segments).map(received), [{ merged: false, seq: 0, bytes: mss }, { merged: false, seq: mss, bytes: mss }]);
+    }
+  });
+
   test('a coalesced packet stays within 64 KiB', () => {
     const segments = Array.from({ length: 70 }, (_, i) => flow(i * mss, mss));
     const out = coalesce(segments);
@@ -419,5 +470,95 @@ describe('TUN reader thread with a vnet header (a scripted kernel)', () => {
     assert.equal(offset, payload.length);
     assert.deepEqual(slot(31), plain, 'the partial checksum completed');
     assert.deepEqual(slot(32), plain);
+  });
+});
+
+describe('vnet reads: what both TUN readers do with what the kernel hands over (vnet-read.ts)', () => {
+  /** A sink of `slots` slots of exactly `slotSize` bytes in one buffer, recording what was placed. */
+  function sinkOf(slotSize: number, slots = 64, stopAfter = Infinity) {
+    const ring = new Uint8Array(new SharedArrayBuffer(slotSize * slots));
+    const placed: Uint8Array[] = [];
+    let next = 0;
+    const sink: SlotSink = {
+      slot: () => (placed.length >= stopAfter ? undefined : ring.subarray((next % slots) * slotSize, (next % slots + 1) * slotSize)),
+      filled: (length) => {
+        assert.ok(length <= slotSize, 'never longer than a slot');
+        const at = (next++ % slots) * slotSize;
+        placed.push(ring.slice(at, at + length));
+      },
+    };
+    return { sink, placed, words: wordsOf(ring.buffer) };
+  }
+  const read = (reader: VnetReader, header: VnetHeader, packet: Uint8Array, sink: SlotSink) => {
+    writeVnetHeader(reader.target, 0, header.flags, header.gsoType, header.hdrLen, header.gsoSize, header.csumStart, header.csumOffset);
+    reader.target.set(packet, VNET_HDR_SIZE);
+    return reader.ingest(VNET_HDR_SIZE + packet.length, sink);
+  };
+  const none = { flags: 0, gsoType: GSO_NONE, hdrLen: 0, gsoSize: 0, csumStart: 0, csumOffset: 0 };
+
+  test('good reads: a super-packet becomes its segments, a whole packet one slot; a stop is reported', () => {
+    const { sink, placed, words } = sinkOf(2048);
+    const reader = new VnetReader(2048, words);
+    const payload = randomBytes(prng(5), 1400 * 5 + 3);
+    const big = superPacket(true, payload, ACK, 1400);
+    assert.equal(read(reader, big.header, big.packet, sink), 6);
+    for (const s of placed) assertValidTcp(s, 'segment');
+    assert.deepEqual(Buffer.concat(placed.map(payloadOf)), Buffer.from(payload));
+    const plain = tcpPacket({ seq: 1, payload: new Uint8Array(100) });
+    assert.equal(read(reader, none, plain, sink), 1);
+    assert.deepEqual(placed.at(-1), plain);
+    const stopping = sinkOf(2048, 64, 2);
+    assert.equal(read(new VnetReader(2048, stopping.words), big.header, big.packet, stopping.sink), VNET_READ_STOPPED);
+    assert.equal(stopping.placed.length, 2);
+  });
+
+  test('hostile vnet headers and sizes are refused, nothing is written past a slot, nothing throws', () => {
+    const payload = randomBytes(prng(6), 70_000);
+    const v4 = superPacket(false, payload, ACK, 1400);
+    const v6 = superPacket(true, payload.subarray(0, 9000), ACK, 1400);
+    const hostile: [string, VnetHeader, Uint8Array, number?][] = [
+      // The largest gso_size with a payload that fills it: a segment of 65535 bytes plus headers
+      // does not fit a 64 KiB ring slot (ring.ts SLOT_SIZE).
+      ['gso_size 65535 (segment larger than a slot)', { ...v4.header, gsoSize: 65535 }, v4.packet, 65536],
+      ['gso_size past a small slot', { ...v6.header, gsoSize: 4000 }, v6.packet, 2048],
+      ['whole packet larger than a slot', none, payload.subarray(0, 2049), 2048],
+      ['gso_size 0', { ...v4.header, gsoSize: 0 }, v4.packet],
+      ['UDP GSO', { ...v4.header, gsoType: 3 }, v4.packet],
+      ['UDP L4 GSO', { ...v4.header, gsoType: 5 }, v4.packet],
+      ['unknown GSO type', { ...v4.header, gsoType: 0x42 }, v4.packet],
+      ['IPv4 GSO type on IPv6', { ...v6.header, gsoType: GSO_TCPV4 }, v6.packet],
+      ['csum_start not the IPv4 header length', { ...v4.header, csumStart: 24 }, v4.packet],
+      ['csum_start past the packet', { ...v4.header, csumStart: 65000 }, v4.packet.subarray(0, 100)],
+      ['TCP header cut off', v4.header, v4.packet.subarray(0, 30)],
+      ['TCP data offset below 5', v4.header, Uint8Array.from(v4.packet.subarray(0, 200), (b, i) => (i === 32 ? 0x30 : b))],
+      ['NEEDS_CSUM field past the end', { ...none, flags: VNET_F_NEEDS_CSUM, csumStart: 20, csumOffset: 16 }, v4.packet.subarray(0, 30)],
+      ['NEEDS_CSUM start past the end', { ...none, flags: VNET_F_NEEDS_CSUM, csumStart: 4000, csumOffset: 0 }, v4.packet.subarray(0, 100)],
+      ['no packet after the header', none, new Uint8Array(0)],
+    ];
+    for (const [what, header, packet, slotSize = 65536] of hostile) {
+      const { sink, placed, words } = sinkOf(slotSize, 4);
+      const reader = new VnetReader(slotSize, words);
+      assert.equal(read(reader, header, packet, sink), VNET_READ_REFUSED, what);
+      assert.equal(placed.length, 0, what);
+    }
+    const reader = new VnetReader(65536);
+    for (const n of [0, 5, VNET_HDR_SIZE]) assert.equal(reader.ingest(n, sinkOf(65536, 1).sink), VNET_READ_REFUSED, `a read of ${n} bytes`);
+  });
+
+  test('random vnet headers over random and real packets never throw nor overflow a slot', () => {
+    const random = prng(77);
+    const int = (n: number) => Math.floor(random() * n);
+    const real = [superPacket(false, randomBytes(random, 20_000), ACK, 1400).packet, superPacket(true, randomBytes(random, 20_000), ACK, 1400).packet];
+    const slotSize = 2048;
+    for (let i = 0; i < 3000; i++) {
+      const { sink, words } = sinkOf(slotSize, 8);
+      const reader = new VnetReader(slotSize, words);
+      const packet = i % 2 === 0 ? randomBytes(random, int(3000)) : real[int(2)].subarray(0, int(20_100));
+      const header = {
+        flags: int(4), gsoType: [0, 1, 3, 4, 5, 0x81, int(256)][int(7)], hdrLen: int(65536),
+        gsoSize: [0, 1, int(65536), 1400, 2000, 65535][int(6)], csumStart: [20, 40, int(65536), int(100)][int(4)], csumOffset: [6, 16, int(65536)][int(3)],
+      };
+      assert.ok(read(reader, header, packet, sink) >= VNET_READ_REFUSED);
+    }
   });
 });
