@@ -15,6 +15,9 @@ export const DROP_REASONS = [
   'no-route', 'no-endpoint', 'staged-overflow', 'handshake-gave-up', 'packet-too-large',
   // Either way
   'crypto-worker-failed',
+  // Work queued for a keypair that was retired before it ran (keypair.ts), and the floor under
+  // that rule: sealing or opening with an all-zero key refused (session/transport.ts)
+  'keypair-retired', 'zero-key',
 ] as const;
 
 export type DropReason = typeof DROP_REASONS[number];

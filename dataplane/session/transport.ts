@@ -5,9 +5,18 @@
  * plaintext, room for padding, then 16 bytes for the tag. Sealing pads with zeros, encrypts in
  * place and writes the header into the headroom, so the same bytes go straight to the socket.
  * These functions are used by the core and by the crypto worker threads alike.
+ *
+ * Both refuse an all-zero key and return ZERO_KEY instead: zeros are what a retired keypair's
+ * keys become, and what anyone can seal with, so a packet opened under them proves nothing and a
+ * packet sealed under them is public. Keypair holds (keypair.ts) keep this from being reached;
+ * this is the floor under that rule, counted as 'zero-key' by the callers.
  */
 import { writeCounterNonce, type Aead } from '../crypto/primitives.ts';
+import { isZeroKey } from '../noise/keys.ts';
 import { TAG_SIZE, TRANSPORT_HEADER_SIZE, paddedLength, writeTransportHeader } from '../noise/messages.ts';
+
+/** Returned by sealTransportInPlace and openTransport when the key is all zeros: nothing was done. */
+export const ZERO_KEY = 'zero-key';
 
 /** Bytes a packet buffer needs beyond the packet: header headroom, padding, tag. */
 export const TRANSPORT_OVERHEAD = TRANSPORT_HEADER_SIZE + 15 + TAG_SIZE;
@@ -17,12 +26,13 @@ const nonce = new Uint8Array(12); // scratch: each thread has its own module ins
 /**
  * Seals the `length` plaintext bytes at buf[16 ..] in place and writes the header at buf[0 .. 16].
  * `buf` must have room for padding and the tag (length + TRANSPORT_OVERHEAD). Returns the
- * datagram length.
+ * datagram length, or ZERO_KEY (buf untouched) when the key is all zeros.
  */
 export function sealTransportInPlace(
   aead: Aead, key: Uint8Array, receiverIndex: number, counter: number,
   buf: Uint8Array, length: number, mtu: number,
-): number {
+): number | typeof ZERO_KEY {
+  if (isZeroKey(key)) return ZERO_KEY;
   const padded = paddedLength(length, mtu);
   const end = TRANSPORT_HEADER_SIZE + padded;
   if (buf.length < end + TAG_SIZE) throw new RangeError(`packet buffer too small: need ${end + TAG_SIZE} bytes, have ${buf.length}`);
@@ -35,12 +45,13 @@ export function sealTransportInPlace(
 
 /**
  * Opens a transport message's ciphertext (everything after the 16-byte header) into `out` (or in
- * place when `out` is omitted). Returns the padded plaintext, or null when it does not
- * authenticate.
+ * place when `out` is omitted). Returns the padded plaintext, null when it does not
+ * authenticate, or ZERO_KEY (nothing decrypted) when the key is all zeros.
  */
 export function openTransport(
   aead: Aead, key: Uint8Array, counter: number, datagram: Uint8Array, out?: Uint8Array,
-): Uint8Array | null {
+): Uint8Array | null | typeof ZERO_KEY {
+  if (isZeroKey(key)) return ZERO_KEY;
   const sealed = datagram.subarray(TRANSPORT_HEADER_SIZE);
   const target = out ?? sealed;
   return aead.open(key, writeCounterNonce(counter, nonce), sealed, undefined, target);
