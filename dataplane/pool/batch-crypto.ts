@@ -7,8 +7,7 @@
  * shared lengths, so every pool (inline, ring, piscina) reports it without a change of protocol.
  */
 import type { Aead } from '../crypto/primitives.ts';
-import { isZeroKey } from '../noise/keys.ts';
-import { ZERO_KEY, openTransport, sealTransportInPlace } from '../session/transport.ts';
+import { ZERO_KEY, isZeroKey32, openTransport, sealTransportInPlace } from '../session/transport.ts';
 
 /** A slot's length after opening when it did not authenticate. */
 export const SLOT_FAILED = -1;
@@ -29,7 +28,7 @@ export interface BatchView {
  */
 export function sealBatch(aead: Aead, key: Uint8Array, receiverIndex: number, mtu: number, batch: BatchView): void {
   const { data, lengths, counters, slotSize, count } = batch;
-  if (isZeroKey(key)) {
+  if (isZeroKey32(key)) {
     lengths.fill(SLOT_ZERO_KEY, 0, count);
     return;
   }
@@ -46,7 +45,7 @@ export function sealBatch(aead: Aead, key: Uint8Array, receiverIndex: number, mt
  */
 export function openBatch(aead: Aead, key: Uint8Array, batch: BatchView): void {
   const { data, lengths, counters, slotSize, count } = batch;
-  if (isZeroKey(key)) {
+  if (isZeroKey32(key)) {
     lengths.fill(SLOT_ZERO_KEY, 0, count);
     return;
   }
