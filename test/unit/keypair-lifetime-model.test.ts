@@ -1,8 +1,10 @@
 /**
  * A model-based adversarial test of the whole inbound and outbound path (issue 12, item 1): two
  * Devices over in-memory TUNs, with the real crypto worker pool (WorkerCryptoPool) in one
- * configuration and the daemon's split pool (inline below SMALL_BATCH, workers above) in the
- * other, driven by a seeded PRNG through random interleavings of
+ * configuration, the daemon's split pool (inline below SMALL_BATCH, workers above) in another,
+ * and the piscina pool (ROAMGUARD_POOL=piscina, whose queued tasks read their key only when they
+ * are posted to a worker: the outbound hazard) in a shorter third, driven by a seeded PRNG
+ * through random interleavings of
  *
  * - genuine traffic both ways (lone small packets: the direct paths; bursts: the batch pipeline),
  * - handshakes: either side initiating, both at once (crossing), timer rekeys, expiry and key
@@ -39,6 +41,7 @@ import type { MemoryBind } from '../../dataplane/bind/memory-bind.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
+import { PiscinaCryptoPool } from '../../dataplane/pool/piscina-pool.ts';
 import type { Keypair } from '../../dataplane/session/keypair.ts';
 import type { Peer } from '../../dataplane/session/peer.ts';
 import type { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
@@ -54,6 +57,7 @@ const SEED = Number(process.env.ROAMGUARD_MODEL_SEED ?? 0x4b3e11);
  * runs the unit tests a second time in CI with a 60 s limit per test, a fifth of that.
  */
 const STEPS = Number(process.env.ROAMGUARD_MODEL_STEPS ?? (SOAK ? 10_000_000 : isBun ? 100_000 : 500_000));
+const PISCINA_STEPS = Math.round(STEPS / 5);
 
 /** Short protocol timers, so rekeys, expiry and key erasure happen often on the manual clock. */
 const TIMINGS: Partial<Timings> = {
@@ -107,7 +111,25 @@ before(async () => {
 });
 after(async () => { await workers?.close(); });
 
-async function runModel(config: string, pool: CryptoPool, seed: number, steps: number) {
+/** The pool the devices get, counting the tasks not yet settled (so the model knows when all is idle). */
+function tracked(inner: CryptoPool): CryptoPool & { readonly outstanding: number } {
+  let outstanding = 0;
+  const track = (work: Promise<unknown>) => {
+    outstanding++;
+    return work.finally(() => { outstanding--; });
+  };
+  return {
+    threads: inner.threads,
+    ready: inner.ready,
+    get outstanding() { return outstanding; },
+    seal: (batch, key, receiverIndex, mtu) => track(inner.seal(batch, key, receiverIndex, mtu)),
+    open: (batch, key) => track(inner.open(batch, key)),
+    close: async () => {},
+  };
+}
+
+async function runModel(config: string, inner: CryptoPool, seed: number, steps: number) {
+  const pool = tracked(inner);
   const rng: Rng = prng(seed);
   /** For what the wire keeps for replays: called whenever a device sends, so it must not consume `rng`. */
   const sampling: Rng = prng(seed ^ 0x9e3779b9);
@@ -285,11 +307,11 @@ async function runModel(config: string, pool: CryptoPool, seed: number, steps: n
   const settle = async () => {
     const deadline = Date.now() + 30_000;
     for (let quiet = 0; quiet < 3;) {
-      if (Date.now() > deadline) throw new Error(`${config}: the pipelines never went idle (queue ${workers.queueDepth})`);
+      if (Date.now() > deadline) throw new Error(`${config}: the pipelines never went idle (${pool.outstanding} tasks in the pool)`);
       // A timer, not only setImmediate: every phase of the event loop runs (Bun delivers
       // Atomics.waitAsync wake-ups in one that a chain of immediates can starve).
       await (quiet === 0 ? sleep() : turn());
-      quiet = workers.queueDepth === 0 && tun('a').pending === 0 && tun('b').pending === 0 ? quiet + 1 : 0;
+      quiet = pool.outstanding === 0 && tun('a').pending === 0 && tun('b').pending === 0 ? quiet + 1 : 0;
     }
   };
 
@@ -400,5 +422,15 @@ describe('keypair lifetime: a model of two devices and an attacker', () => {
   test(`split pool (inline + workers, as the daemon runs): ${STEPS.toLocaleString('en')} random steps; the same invariants`, { timeout }, async (tc) => {
     const result = await runModel('split pool', new SplitCryptoPool(crypto, workers), SEED + 1, STEPS);
     tc.diagnostic(JSON.stringify(result));
+  });
+  test(`piscina pool (one message per task; tasks wait in its queue and take their key when posted): ${PISCINA_STEPS.toLocaleString('en')} random steps; the same invariants`, { timeout }, async (tc) => {
+    const piscina = new PiscinaCryptoPool(2);
+    try {
+      await piscina.ready;
+      const result = await runModel('piscina pool', piscina, SEED + 2, PISCINA_STEPS);
+      tc.diagnostic(JSON.stringify(result));
+    } finally {
+      await piscina.close();
+    }
   });
 });
