@@ -15,7 +15,7 @@
  * Each batch holds its keypair (keypair.ts) from the moment it is filled until its datagrams left
  * or were dropped, so the key a worker seals with is never zeroed under it; a keypair retired in
  * between (expiry, a key change, the peer's removal) has its batch dropped, counted as
- * 'keypair-retired', before sealing and again before sending.
+ * 'sending-keypair-retired', before sealing and again before sending.
  */
 import type { WireGuardCore, Peer } from '../core.ts';
 import type { Bind } from '../bind/bind.ts';
@@ -102,7 +102,7 @@ export class OutboundPipeline {
   /** Reserves nonces in order, hands the batch to a worker and queues its sending behind the peer's previous batch. */
   private dispatch({ peer, keypair, batch }: PendingBatch): void {
     if (keypair.retired) {
-      this.core.drops.count('keypair-retired', batch.count);
+      this.core.drops.count('sending-keypair-retired', batch.count);
       this.finished(keypair, batch);
       return;
     }
@@ -137,7 +137,7 @@ export class OutboundPipeline {
     const endpoint = peer.endpoint;
     if (keypair.retired) {
       // Retired while it was sealed: the peer would drop it anyway, and it is not ours to send any more.
-      this.core.drops.count('keypair-retired', batch.count);
+      this.core.drops.count('sending-keypair-retired', batch.count);
     } else if (batch.count > 0 && batch.lengths[0] === SLOT_ZERO_KEY) {
       this.core.drops.count('zero-key', batch.count); // the whole batch was refused (batch-crypto.ts)
     } else if (endpoint) {

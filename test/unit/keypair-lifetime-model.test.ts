@@ -22,12 +22,14 @@
  * peer (each genuine inner packet carries a unique id; forged ones carry another tag) and is
  * written at most once; each device's endpoint for its peer is always one of the peer's genuine
  * addresses (only authenticated datagrams may move it, and the attacker's never are); no datagram
- * a device sends opens under the all-zero key. At the end of each configuration: the 'zero-key' floor was never
- * reached, the same-turn race was exercised ('keypair-retired' drops) and every retired keypair's
- * keys are zeros once the pipelines are idle (no hold leaked).
+ * a device sends opens under the all-zero key. At the end of each configuration: the 'zero-key'
+ * floor was never reached, both races were exercised ('keypair-retired' and
+ * 'sending-keypair-retired' drops), the genuine peers' roaming moved the endpoints, and every
+ * retired keypair's keys are zeros once the pipelines are idle (no hold leaked).
  *
- * ROAMGUARD_SOAK=1 runs 10 000 000 steps per configuration; ROAMGUARD_MODEL_SEED replays a seed (the action
- * sequence is the seed's; where worker completions land between steps depends on the machine).
+ * ROAMGUARD_SOAK=1 runs 10 000 000 steps per configuration; ROAMGUARD_MODEL_SEED replays a seed
+ * (the action sequence is the seed's; where worker completions land between steps depends on
+ * the machine).
  * ROAMGUARD_MODEL_STEPS overrides the number of steps per configuration.
  */
 import { after, before, describe, test } from 'node:test';
@@ -397,6 +399,7 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
     const drops = { a: device('a').core.drops, b: device('b').core.drops };
     assert.equal(drops.a.get('zero-key') + drops.b.get('zero-key'), 0, 'the zero-key floor is never reached: keypair holds keep keys alive while used');
     assert.ok(drops.a.get('keypair-retired') + drops.b.get('keypair-retired') > 0, 'the same-turn race was exercised: some queued datagrams met a retired keypair');
+    assert.ok(drops.a.get('sending-keypair-retired') + drops.b.get('sending-keypair-retired') > 0, 'and outbound: some queued packets met a retired keypair');
     for (const n of ['a', 'b'] as const) checkedAtEnd.push(...remembered[n].filter((r) => !live(n, r.keypair)).map((r) => r.keypair));
     const unzeroed = checkedAtEnd.filter((k) => k.retired && !k.keysZeroed).length;
     assert.equal(unzeroed, 0, 'every retired keypair\'s keys are zeros once the pipelines are idle (no hold leaked)');

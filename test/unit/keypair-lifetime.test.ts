@@ -344,7 +344,7 @@ describe('the pipelines drop work queued for a keypair retired before it ran', (
       await turn();
       await turn();
       assert.ok(!t.pool.keysSeen.includes('zero'), 'sealed under the real key, never zeros');
-      assert.equal(t.pair.a.device.core.drops.get('keypair-retired'), 20);
+      assert.equal(t.pair.a.device.core.drops.get('sending-keypair-retired'), 20);
       assert.equal(t.captured.filter((d) => d[0] === 4).length, 0, 'nothing sent under the retired keypair');
       assert.equal(k.keysZeroed, true);
     } finally {
