@@ -136,7 +136,7 @@ export class OutboundPipeline {
   private transmit(peer: Peer, keypair: Keypair, batch: PacketBatch, sentData: boolean): void {
     const endpoint = peer.endpoint;
     if (keypair.retired) {
-      // Retired while it was sealed: the peer would drop it anyway, and it is not ours to send any more.
+      // Retired while it was sealed (expiry, a key change, the peer's removal): that session is over.
       this.core.drops.count('sending-keypair-retired', batch.count);
     } else if (batch.count > 0 && batch.lengths[0] === SLOT_ZERO_KEY) {
       this.core.drops.count('zero-key', batch.count); // the whole batch was refused (batch-crypto.ts)
