@@ -30,7 +30,7 @@ import { RateLimiter } from './noise/ratelimiter.ts';
 import { IndexTable } from './session/index-table.ts';
 import type { Keypair } from './session/keypair.ts';
 import { Peer, type CoreOutputs, type PeerHost, type PeerOptions } from './session/peer.ts';
-import { TRANSPORT_OVERHEAD, openTransport } from './session/transport.ts';
+import { TRANSPORT_OVERHEAD, ZERO_KEY, openTransport } from './session/transport.ts';
 
 export { Peer, type CoreOutputs } from './session/peer.ts';
 
@@ -297,8 +297,8 @@ export class WireGuardCore implements PeerHost {
     if (!this.beginTransport(datagram, incoming)) return;
     const keypair = incoming.keypair!;
     const plaintext = openTransport(this.crypto, keypair.receiveKey, incoming.counter, datagram, this.receiveBuffer);
-    if (!plaintext) {
-      this.drops.count('decryption-failed');
+    if (plaintext === null || plaintext === ZERO_KEY) {
+      this.drops.count(plaintext === null ? 'decryption-failed' : 'zero-key');
       return;
     }
     this.finishTransport(incoming.peer!, keypair, incoming.counter, plaintext, datagram.length, source);
@@ -308,7 +308,9 @@ export class WireGuardCore implements PeerHost {
    * First half of receiving a transport message, before decryption: finds the keypair by
    * receiver index and checks its age and the counter limit. Returns null (counted) when the
    * datagram cannot be for a live session. The caller decrypts (here or in a worker) and then
-   * calls `finishTransport` in per-peer order. Fills `into` rather than allocating.
+   * calls `finishTransport` in per-peer order. Fills `into` rather than allocating. A caller that
+   * queues the datagram holds the keypair until it is done (keypair.ts) and checks `retired`
+   * before it opens the batch.
    */
   beginTransport(datagram: Uint8Array, into: IncomingTransport): boolean {
     const entry = this.indexTable.lookup(readU32(datagram, TRANSPORT.receiver));
@@ -317,7 +319,7 @@ export class WireGuardCore implements PeerHost {
       this.drops.count('unknown-index');
       return false;
     }
-    if (keypair.wiped || this.clock.now() - keypair.created >= this.timings.rejectAfterTime) {
+    if (keypair.retired || this.clock.now() - keypair.created >= this.timings.rejectAfterTime) {
       this.drops.count('expired-keypair');
       return false;
     }
@@ -335,9 +337,15 @@ export class WireGuardCore implements PeerHost {
   /**
    * Second half, after successful decryption, in the order packets arrived for this peer: the
    * replay window (only now, so forged packets cannot move it), key confirmation, timers,
-   * roaming, padding removal, the inbound cryptokey-routing check, delivery.
+   * roaming, padding removal, the inbound cryptokey-routing check, delivery. A keypair retired
+   * since beginTransport (a handshake, expiry, a key change or the peer's removal in between)
+   * delivers nothing: whatever was opened under it no longer counts as authenticated.
    */
   finishTransport(peer: Peer, keypair: Keypair, counter: number, plaintext: Uint8Array, datagramLength: number, source: Endpoint): void {
+    if (keypair.retired) {
+      this.drops.count('keypair-retired');
+      return;
+    }
     if (!keypair.replay.check(counter)) {
       this.drops.count('replay');
       return;

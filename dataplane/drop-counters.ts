@@ -11,10 +11,16 @@ export const DROP_REASONS = [
   // Transport messages
   'unknown-index', 'expired-keypair', 'counter-limit', 'decryption-failed', 'replay',
   'bad-inner-packet', 'allowed-ips-mismatch',
+  // A datagram queued for a keypair that was retired before it was opened or delivered (keypair.ts)
+  'keypair-retired',
   // Outbound
   'no-route', 'no-endpoint', 'staged-overflow', 'handshake-gave-up', 'packet-too-large',
+  // A packet queued for a keypair that was retired before it was sealed or sent
+  'sending-keypair-retired',
   // Either way
   'crypto-worker-failed',
+  // The floor under the keypair rule: sealing or opening with an all-zero key refused (session/transport.ts)
+  'zero-key',
 ] as const;
 
 export type DropReason = typeof DROP_REASONS[number];

@@ -13,6 +13,12 @@
  *
  * node:dgram hands over one datagram per callback; everything that arrives before the next
  * "check" phase of the event loop (setImmediate) forms one batch.
+ *
+ * A handshake message handled in the same turn may retire the keypair a batch is being filled
+ * for. Each batch therefore holds its keypair from its first datagram until it is delivered or
+ * dropped (so the keys it is opened with are never zeroed under it), and a retired keypair's
+ * batch is dropped, counted as 'keypair-retired', when it is dispatched to the pool and again
+ * before each packet is delivered (core.finishTransport).
  */
 import type { WireGuardCore, IncomingTransport, Peer } from '../core.ts';
 import type { Endpoint } from '../net/endpoint.ts';
@@ -20,11 +26,13 @@ import type { CryptoPool } from '../pool/crypto-pool.ts';
 import type { Keypair } from '../session/keypair.ts';
 import { BatchPool, BATCH_CAPACITY, type PacketBatch } from '../pool/packet-batch.ts';
 import { MESSAGE_TRANSPORT, TRANSPORT_MIN_SIZE } from '../noise/messages.ts';
-import { openTransport, TRANSPORT_OVERHEAD } from '../session/transport.ts';
+import { openTransport, TRANSPORT_OVERHEAD, ZERO_KEY } from '../session/transport.ts';
+import { SLOT_ZERO_KEY } from '../pool/batch-crypto.ts';
 import { DIRECT_MAX_BYTES } from './send.ts';
 
 interface InboundBatch {
   peer: Peer;
+  /** Held (Keypair.hold) from newBatch until recycle. */
   keypair: Keypair;
   batch: PacketBatch;
   /** Datagram length and source of each slot (kept for counters and roaming). */
@@ -70,8 +78,8 @@ export class InboundPipeline {
       // Nothing of this peer's in the pipeline: open and deliver this one now (the core's direct
       // path), so a lone packet waits for no batch; what follows in this turn is batched behind it.
       const plaintext = openTransport(this.core.crypto, keypair.receiveKey, incoming.counter, datagram, this.plaintextBuffer);
-      if (!plaintext) {
-        this.core.drops.count('decryption-failed');
+      if (plaintext === null || plaintext === ZERO_KEY) {
+        this.core.drops.count(plaintext === null ? 'decryption-failed' : 'zero-key');
         return;
       }
       this.core.finishTransport(incoming.peer!, keypair, incoming.counter, plaintext, datagram.length, source);
@@ -98,6 +106,7 @@ export class InboundPipeline {
   }
 
   private newBatch(peer: Peer, keypair: Keypair): InboundBatch {
+    keypair.hold();
     const reused = this.spare.pop();
     if (reused) {
       reused.peer = peer;
@@ -119,6 +128,12 @@ export class InboundPipeline {
   };
 
   private dispatch(pending: InboundBatch): void {
+    if (pending.keypair.retired) {
+      // Retired while the batch filled (a handshake, a key change or the peer's removal in this turn).
+      this.core.drops.count('keypair-retired', pending.batch.count);
+      this.recycle(pending);
+      return;
+    }
     const opened = this.pool.open(pending.batch, pending.keypair.receiveKey);
     const peer = pending.peer;
     const previous = this.inOrder.get(peer);
@@ -158,7 +173,7 @@ export class InboundPipeline {
       for (let i = 0; i < batch.count; i++) {
         const length = batch.lengths[i];
         if (length < 0) {
-          this.core.drops.count('decryption-failed');
+          this.core.drops.count(length === SLOT_ZERO_KEY ? 'zero-key' : 'decryption-failed');
           continue;
         }
         const slot = batch.slot(i);
@@ -171,6 +186,7 @@ export class InboundPipeline {
   }
 
   private recycle(pending: InboundBatch): void {
+    pending.keypair.release(); // the keys may be zeroed now, the batch is done with them
     this.batches.release(pending.batch);
     pending.sources.fill(undefined as unknown as Endpoint, 0, pending.batch.count);
     if (this.spare.length < 64) this.spare.push(pending);

@@ -11,12 +11,18 @@
  * starts; they leave once it completes). A lone small packet (see DIRECT_MAX_BYTES) whose peer has
  * nothing in the pipeline takes the core's direct path: an idle ping then costs no batch, no
  * worker round trip and no promise turn.
+ *
+ * Each batch holds its keypair (keypair.ts) from the moment it is filled until its datagrams left
+ * or were dropped, so the key a worker seals with is never zeroed under it; a keypair retired in
+ * between (expiry, a key change, the peer's removal) has its batch dropped, counted as
+ * 'sending-keypair-retired', before sealing and again before sending.
  */
 import type { WireGuardCore, Peer } from '../core.ts';
 import type { Bind } from '../bind/bind.ts';
 import type { CryptoPool } from '../pool/crypto-pool.ts';
 import type { Keypair } from '../session/keypair.ts';
 import { BatchPool, type PacketBatch } from '../pool/packet-batch.ts';
+import { SLOT_ZERO_KEY } from '../pool/batch-crypto.ts';
 
 /**
  * Packets up to this size, alone in their TUN read or UDP delivery and with nothing of their
@@ -27,6 +33,7 @@ export const DIRECT_MAX_BYTES = 256;
 
 interface PendingBatch {
   peer: Peer;
+  /** Held (Keypair.hold) from the batch's first packet until it is sent or dropped. */
   keypair: Keypair;
   batch: PacketBatch;
 }
@@ -72,6 +79,7 @@ export class OutboundPipeline {
           peer.sendPacket(packet); // staging path: handshake first, or oversized
           continue;
         }
+        keypair.hold();
         pending = { peer, keypair, batch: this.batches.acquire() };
         this.filling.set(peer, pending);
       } else if (packet.length > room) {
@@ -93,6 +101,11 @@ export class OutboundPipeline {
 
   /** Reserves nonces in order, hands the batch to a worker and queues its sending behind the peer's previous batch. */
   private dispatch({ peer, keypair, batch }: PendingBatch): void {
+    if (keypair.retired) {
+      this.core.drops.count('sending-keypair-retired', batch.count);
+      this.finished(keypair, batch);
+      return;
+    }
     const first = keypair.sendNonce;
     keypair.sendNonce += batch.count;
     for (let i = 0; i < batch.count; i++) batch.counters[i] = first + i;
@@ -102,8 +115,8 @@ export class OutboundPipeline {
     const previous = this.inOrder.get(peer);
     this.inFlight.set(peer, (this.inFlight.get(peer) ?? 0) + 1);
     const done = (previous ? Promise.all([previous, sealed]) : sealed).then(
-      () => { this.landed(peer); this.transmit(peer, batch, sentData); },
-      () => { this.landed(peer); this.core.drops.count('crypto-worker-failed', batch.count); this.batches.release(batch); },
+      () => { this.landed(peer); this.transmit(peer, keypair, batch, sentData); },
+      () => { this.landed(peer); this.core.drops.count('crypto-worker-failed', batch.count); this.finished(keypair, batch); },
     );
     this.inOrder.set(peer, done);
   }
@@ -114,9 +127,20 @@ export class OutboundPipeline {
     else this.inFlight.delete(peer);
   }
 
-  private transmit(peer: Peer, batch: PacketBatch, sentData: boolean): void {
+  /** The batch is done with its keypair's keys and its memory. */
+  private finished(keypair: Keypair, batch: PacketBatch): void {
+    keypair.release();
+    this.batches.release(batch);
+  }
+
+  private transmit(peer: Peer, keypair: Keypair, batch: PacketBatch, sentData: boolean): void {
     const endpoint = peer.endpoint;
-    if (endpoint) {
+    if (keypair.retired) {
+      // Retired while it was sealed (expiry, a key change, the peer's removal): that session is over.
+      this.core.drops.count('sending-keypair-retired', batch.count);
+    } else if (batch.count > 0 && batch.lengths[0] === SLOT_ZERO_KEY) {
+      this.core.drops.count('zero-key', batch.count); // the whole batch was refused (batch-crypto.ts)
+    } else if (endpoint) {
       const { lengths, count } = batch;
       if (this.bind.sendBatch) {
         // The whole batch in one call (FfiUdpBind: one sendmmsg reading the shared slots in place).
@@ -133,6 +157,6 @@ export class OutboundPipeline {
     } else {
       this.core.drops.count('no-endpoint', batch.count);
     }
-    this.batches.release(batch);
+    this.finished(keypair, batch);
   }
 }

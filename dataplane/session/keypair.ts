@@ -6,6 +6,17 @@
  *   confirmation"), so the keypair waits in `next` and is promoted when the first transport
  *   packet under it arrives.
  * - `previous` lets packets that were in flight during a rekey still be received.
+ *
+ * Lifetime. A keypair is valid from its handshake until the peer retires it (it fell out of the
+ * slots, the peer was removed, the private key changed, the keys expired); retiring also
+ * unregisters its index (the peer does both, see Peer.retireKeypair). Work queued for a keypair
+ * (a batch waiting for the crypto pool, being opened or sealed in a worker, or waiting to be
+ * delivered or sent) holds it, and a keypair's key bytes are zeroed only once it is retired and
+ * no hold is left. So a key is never zeroed while anything may still read it, and whoever uses a
+ * keypair after queueing work checks `retired` at the point of use and drops the work instead
+ * (counted as 'keypair-retired' inbound, 'sending-keypair-retired' outbound): no datagram is
+ * opened or sealed with a wiped key, and no packet of a retired keypair is delivered or sent
+ * (the kernel's `is_valid` check).
  */
 import { ReplayWindow } from './replay.ts';
 import type { SessionKeys } from '../noise/noise-protocol.ts';
@@ -23,8 +34,10 @@ export class Keypair {
   /** The counter the next packet sent under this keypair gets. */
   sendNonce = 0;
   readonly replay = new ReplayWindow();
-  /** Set once the key has been wiped; a wiped keypair must never be used again. */
-  wiped = false;
+  private isRetired = false;
+  private zeroed = false;
+  /** Queued batches that still use this keypair's keys. */
+  private holds = 0;
 
   constructor(keys: SessionKeys, created: number) {
     this.sendKey = keys.sendKey;
@@ -35,10 +48,36 @@ export class Keypair {
     this.created = created;
   }
 
-  wipe(): void {
+  /** True from the moment the peer retires it: nothing may be opened, delivered, sealed or sent under it after that. */
+  get retired(): boolean {
+    return this.isRetired;
+  }
+
+  /** True once the key bytes are zeros (retired, and the last hold released). */
+  get keysZeroed(): boolean {
+    return this.zeroed;
+  }
+
+  /** Queued work holds the keypair until it is done with its keys: one hold per batch. */
+  hold(): void {
+    this.holds++;
+  }
+
+  release(): void {
+    if (this.holds <= 0) throw new Error('Keypair.release() without a hold');
+    if (--this.holds === 0 && this.isRetired) this.zeroKeys();
+  }
+
+  /** No longer valid (the caller unregisters its index); the keys are zeroed once no hold is left. */
+  retire(): void {
+    this.isRetired = true;
+    if (this.holds === 0) this.zeroKeys();
+  }
+
+  private zeroKeys(): void {
     this.sendKey.fill(0);
     this.receiveKey.fill(0);
-    this.wiped = true;
+    this.zeroed = true;
   }
 }
 
@@ -49,7 +88,7 @@ export class Keypairs {
 
   /**
    * Installs a keypair from a finished handshake. Returns the keypairs that fell out of use so the
-   * caller can unregister their indices and wipe them.
+   * caller can unregister their indices and retire them.
    */
   install(keypair: Keypair): Keypair[] {
     const dropped: Keypair[] = [];
@@ -88,7 +127,7 @@ export class Keypairs {
     return { dropped };
   }
 
-  /** Removes and returns all keypairs (keys are wiped by the caller after unregistering). */
+  /** Removes and returns all keypairs (the caller unregisters and retires them). */
   clear(): Keypair[] {
     const all = [this.previous, this.current, this.next].filter((k): k is Keypair => k !== null);
     this.previous = this.current = this.next = null;

@@ -21,7 +21,7 @@ import {
 import type { IndexTable } from './index-table.ts';
 import { Keypair, Keypairs } from './keypair.ts';
 import { PeerTimers, type TimerActions } from './timers.ts';
-import { TRANSPORT_OVERHEAD, sealTransportInPlace } from './transport.ts';
+import { TRANSPORT_OVERHEAD, ZERO_KEY, sealTransportInPlace } from './transport.ts';
 import { TRANSPORT_HEADER_SIZE } from '../noise/messages.ts';
 
 /** Where the device's datagrams and packets go. Buffers passed in are valid only during the call. */
@@ -92,7 +92,7 @@ export class Peer implements TimerActions {
 
   get hasSession(): boolean {
     const current = this.keypairs.current;
-    return current !== null && !current.wiped && this.host.clock.now() - current.created < this.host.timings.rejectAfterTime;
+    return current !== null && !current.retired && this.host.clock.now() - current.created < this.host.timings.rejectAfterTime;
   }
 
   get stagedCount(): number {
@@ -101,7 +101,9 @@ export class Peer implements TimerActions {
 
   setPresharedKey(key: Uint8Array): void {
     if (key.length !== 32) throw new Error(`a preshared key has 32 bytes, got ${key.length}`);
-    this.handshake.presharedKey.set(key); // in place: the replaced key leaves no copy behind
+    const old = this.handshake.presharedKey;
+    this.handshake.presharedKey = Uint8Array.from(key);
+    old.fill(0); // after the copy: `key` may be the old array itself
   }
 
   get presharedKey(): Uint8Array {
@@ -143,7 +145,7 @@ export class Peer implements TimerActions {
   /** The keypair to send with now, or null when a (new) handshake is needed first. */
   private sendingKeypair(now: number): Keypair | null {
     const keypair = this.keypairs.current;
-    if (!keypair || keypair.wiped || keypair.sendNonce >= REJECT_AFTER_MESSAGES_SAFE
+    if (!keypair || keypair.retired || keypair.sendNonce >= REJECT_AFTER_MESSAGES_SAFE
       || now - keypair.created >= this.host.timings.rejectAfterTime) return null;
     return keypair;
   }
@@ -211,6 +213,10 @@ export class Peer implements TimerActions {
     buf.set(packet, TRANSPORT_HEADER_SIZE);
     const length = sealTransportInPlace(this.host.crypto, keypair.sendKey, keypair.remoteIndex,
       keypair.sendNonce++, buf, packet.length, this.host.mtu);
+    if (length === ZERO_KEY) {
+      this.host.drops.count('zero-key'); // unreachable: sendingKeypair() returns valid keypairs only
+      return;
+    }
     this.host.outputs.sendDatagram(endpoint, buf.subarray(0, length));
     this.txBytes += length;
   }
@@ -333,7 +339,7 @@ export class Peer implements TimerActions {
     }
     const keypair = new Keypair(keys, now);
     this.host.indexTable.attachKeypair(keypair.localIndex, keypair);
-    for (const dropped of this.keypairs.install(keypair)) this.discardKeypair(dropped);
+    for (const dropped of this.keypairs.install(keypair)) this.retireKeypair(dropped);
     this.timers.sessionDerived(now);
     return true;
   }
@@ -348,7 +354,7 @@ export class Peer implements TimerActions {
   receivedWithKeypair(keypair: Keypair): void {
     const confirmed = this.keypairs.confirm(keypair);
     if (!confirmed) return;
-    if (confirmed.dropped) this.discardKeypair(confirmed.dropped);
+    if (confirmed.dropped) this.retireKeypair(confirmed.dropped);
     this.markHandshakeComplete();
     this.sendStagedPackets();
   }
@@ -367,16 +373,29 @@ export class Peer implements TimerActions {
     this.host.outputs.endpointChanged?.(this, source);
   }
 
-  private discardKeypair(keypair: Keypair): void {
+  /**
+   * A keypair fell out of use: its index stops leading to it and it is no longer valid; its keys
+   * are zeroed as soon as no queued batch holds it (keypair.ts).
+   */
+  private retireKeypair(keypair: Keypair): void {
     this.host.indexTable.delete(keypair.localIndex);
-    keypair.wipe();
+    keypair.retire();
+  }
+
+  /** A pending handshake's index (one that has no keypair yet) stops leading to this peer. */
+  private forgetPendingHandshakeIndex(): void {
+    const pending = this.handshake.localIndex;
+    if (pending === 0) return;
+    const entry = this.host.indexTable.lookup(pending);
+    if (entry && entry.peer === this && !entry.keypair) this.host.indexTable.delete(pending);
   }
 
   /** Makes the current sessions unusable for sending (a new handshake happens on next send). */
   expireCurrentKeypairs(): void {
+    this.forgetPendingHandshakeIndex(); // before clear(), which forgets which index it was
     this.handshake.clear();
     this.handshake.lastSentHandshake = -Infinity;
-    for (const keypair of this.keypairs.clear()) this.discardKeypair(keypair);
+    for (const keypair of this.keypairs.clear()) this.retireKeypair(keypair);
   }
 
   // --- TimerActions ---
@@ -387,13 +406,9 @@ export class Peer implements TimerActions {
   }
 
   zeroKeyMaterial(): void {
-    const pending = this.handshake.localIndex;
-    if (pending !== 0) {
-      const entry = this.host.indexTable.lookup(pending);
-      if (entry && !entry.keypair) this.host.indexTable.delete(pending);
-    }
+    this.forgetPendingHandshakeIndex();
     this.handshake.clear();
-    for (const keypair of this.keypairs.clear()) this.discardKeypair(keypair);
+    for (const keypair of this.keypairs.clear()) this.retireKeypair(keypair);
     this.flushStagedPackets();
   }
 
@@ -401,9 +416,10 @@ export class Peer implements TimerActions {
     // The sans-I/O core keeps no local source address; the UDP layer may hook this later.
   }
 
-  /** The peer is being removed: free its indices and wipe its keys. */
+  /** The peer is being removed: free its indices, retire its keypairs, zero its preshared key. */
   destroy(): void {
     this.timers.stopAll();
     this.zeroKeyMaterial();
+    this.handshake.presharedKey.fill(0);
   }
 }

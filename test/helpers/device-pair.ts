@@ -9,7 +9,7 @@ import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 
-export async function makeDevicePair(crypto: Crypto, options: Pick<DeviceOptions, 'pool' | 'timings'> = {}) {
+export async function makeDevicePair(crypto: Crypto, options: Pick<DeviceOptions, 'pool' | 'timings' | 'clock'> = {}) {
   const network = new MemoryNetwork();
   const make = async (host: string) => {
     const tun = new MemoryTun('rgmem0', 1420);

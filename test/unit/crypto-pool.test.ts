@@ -53,6 +53,7 @@ describe('crypto pools', () => {
         const reference = new Uint8Array(slotSizeForMtu(MTU));
         reference.set(plaintexts[i], 16);
         const len = sealTransportInPlace(crypto, key, 0xabcdef01, 2 ** 40 + i, reference, size, MTU);
+        assert.ok(typeof len === 'number', 'a random key is not refused');
         assert.equal(batch.lengths[i], len, `length of slot ${i}`);
         assert.deepEqual(batch.slot(i).subarray(0, len), reference.subarray(0, len), `bytes of slot ${i}`);
       });

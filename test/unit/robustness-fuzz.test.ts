@@ -189,7 +189,7 @@ function oracle(victim: WireGuardCore, cap: Captured, mac1Key: Uint8Array, d: Ui
       const entry = victim.indexTable.lookup(readU32le(d, 4));
       const keypair = entry?.keypair;
       if (!keypair) return { reason: 'unknown-index', mac1: false };
-      if (keypair.wiped || victim.clock.now() - keypair.created >= victim.timings.rejectAfterTime) return { reason: 'expired-keypair', mac1: false };
+      if (keypair.retired || victim.clock.now() - keypair.created >= victim.timings.rejectAfterTime) return { reason: 'expired-keypair', mac1: false };
       if (readU32le(d, 12) >= 0x200000) return { reason: 'counter-limit', mac1: false };
       return { reason: exact ? 'replay' : 'decryption-failed', mac1: false };
     }

@@ -1,0 +1,384 @@
+/**
+ * A keypair's keys are used only while it is valid (issue 12, item 1): the hold/retire rules of
+ * Keypair, what the peer retires and frees, the all-zero key refused by the lowest-level seal and
+ * open (inline and in a worker thread), and the pipelines dropping work queued for a keypair that
+ * was retired before the work ran. The model test (keypair-lifetime-model.test.ts) attacks the
+ * same rules at random; these tests pin each rule down on its own.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { selectCrypto } from '../../dataplane/crypto/select.ts';
+import { writeCounterNonce, type Crypto } from '../../dataplane/crypto/primitives.ts';
+import { Endpoint } from '../../dataplane/net/endpoint.ts';
+import { isZeroKey } from '../../dataplane/noise/keys.ts';
+import { SLOT_FAILED, SLOT_ZERO_KEY, openBatch, sealBatch } from '../../dataplane/pool/batch-crypto.ts';
+import { InlineCryptoPool, WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
+import { BatchPool, slotSizeForMtu, type PacketBatch } from '../../dataplane/pool/packet-batch.ts';
+import { Keypair } from '../../dataplane/session/keypair.ts';
+import type { Peer } from '../../dataplane/session/peer.ts';
+import { ZERO_KEY, openTransport, sealTransportInPlace } from '../../dataplane/session/transport.ts';
+import { makeCorePair } from '../helpers/core-pair.ts';
+import { makeDevicePair } from '../helpers/device-pair.ts';
+import { writeU32le } from '../helpers/fuzz.ts';
+import { buildEchoRequest } from '../system/packets.ts';
+
+const MTU = 1420;
+let crypto: Crypto;
+let workers: WorkerCryptoPool;
+before(async () => {
+  crypto = await selectCrypto();
+  workers = new WorkerCryptoPool(1);
+  await workers.ready;
+});
+after(async () => { await workers?.close(); });
+
+function keypair(): Keypair {
+  return new Keypair({
+    sendKey: crypto.randomBytes(32), receiveKey: crypto.randomBytes(32), isInitiator: true, localIndex: 7, remoteIndex: 9,
+  }, 0);
+}
+
+const zeros = (key: Uint8Array) => isZeroKey(key);
+
+/** A datagram to `index` sealed under `key` by hand (what an attacker can make). */
+function forged(key: Uint8Array, index: number, counter: number, inner: Uint8Array): Uint8Array {
+  const padded = Math.ceil(inner.length / 16) * 16;
+  const bytes = new Uint8Array(16 + padded + 16);
+  bytes[0] = 4;
+  writeU32le(bytes, 4, index);
+  writeU32le(bytes, 8, counter);
+  bytes.set(inner, 16);
+  crypto.seal(key, writeCounterNonce(counter), bytes.subarray(16, 16 + padded), undefined, bytes.subarray(16));
+  return bytes;
+}
+
+describe('Keypair: holds and retirement', () => {
+  test('retired with no hold: invalid and zeroed at once', () => {
+    const k = keypair();
+    assert.equal(k.retired, false);
+    k.retire();
+    assert.equal(k.retired, true);
+    assert.equal(k.keysZeroed, true);
+    assert.ok(zeros(k.sendKey) && zeros(k.receiveKey));
+  });
+
+  test('retired while held: invalid at once, keys intact until the last hold is released', () => {
+    const k = keypair();
+    const send = k.sendKey.slice();
+    k.hold();
+    k.hold();
+    k.retire();
+    assert.equal(k.retired, true, 'no longer valid the moment it is retired');
+    assert.deepEqual(k.sendKey, send, 'but a queued batch may still be reading its keys');
+    k.release();
+    assert.equal(k.keysZeroed, false, 'one hold is left');
+    k.release();
+    assert.equal(k.keysZeroed, true);
+    assert.ok(zeros(k.sendKey) && zeros(k.receiveKey));
+  });
+
+  test('holds on a valid keypair zero nothing; releasing more than was held is a bug and throws', () => {
+    const k = keypair();
+    const receive = k.receiveKey.slice();
+    k.hold();
+    k.release();
+    assert.equal(k.retired, false);
+    assert.deepEqual(k.receiveKey, receive);
+    assert.throws(() => k.release(), /without a hold/);
+    k.retire();
+    k.retire(); // twice is harmless
+    assert.equal(k.keysZeroed, true);
+  });
+});
+
+describe('Peer: what is retired, freed and zeroed', () => {
+  test('a replaced keypair is retired, its index unregistered and its keys zeroed', () => {
+    const pair = makeCorePair(crypto);
+    pair.a.core.sendPacket(buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 1, seq: 1 }));
+    pair.pump();
+    const first = pair.a.peer.keypairs.current!;
+    assert.ok(first && !first.retired);
+    for (let i = 0; i < 2; i++) { // two rekeys: current -> previous -> gone
+      pair.clock.advance(6000);
+      pair.a.peer.initiateHandshake();
+      pair.pump();
+    }
+    assert.ok(![pair.a.peer.keypairs.previous, pair.a.peer.keypairs.current, pair.a.peer.keypairs.next].includes(first));
+    assert.equal(first.retired, true);
+    assert.equal(first.keysZeroed, true);
+    assert.equal(pair.a.core.indexTable.lookup(first.localIndex), undefined, 'its index leads nowhere');
+  });
+
+  test('expiring the sessions (a private-key change) also frees the index of a pending handshake', () => {
+    const pair = makeCorePair(crypto);
+    pair.a.peer.initiateHandshake(); // the initiation stays on the wire: the handshake is pending
+    assert.equal(pair.a.core.indexTable.size, 1);
+    pair.a.core.setPrivateKey(pair.a.core.ourPrivateKey!);
+    assert.equal(pair.a.core.indexTable.size, 0, 'no index left behind for a handshake that can no longer finish');
+    pair.pump(); // the stale initiation is answered; the answer finds no index
+    pair.clock.advance(1000);
+    pair.a.core.sendPacket(buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 1, seq: 2 }));
+    pair.pump();
+    assert.equal(pair.b.delivered.length, 1, 'a new handshake works');
+  });
+
+  test('a removed peer\'s preshared key is zeroed, and so is a replaced one', () => {
+    const psk = crypto.randomBytes(32);
+    const pair = makeCorePair(crypto, { presharedKey: psk });
+    const first = pair.a.peer.presharedKey;
+    pair.a.peer.setPresharedKey(crypto.randomBytes(32));
+    assert.ok(zeros(first), 'the replaced preshared key');
+    const second = pair.a.peer.presharedKey;
+    assert.ok(!zeros(second));
+    pair.a.core.removePeer(pair.a.peer.publicKey);
+    assert.ok(zeros(second), 'the removed peer\'s preshared key');
+    pair.b.peer.setPresharedKey(pair.b.peer.presharedKey); // set to itself: copied before the old one is zeroed
+    assert.deepEqual(pair.b.peer.presharedKey, psk);
+  });
+});
+
+describe('the all-zero key is refused by the lowest-level seal and open', () => {
+  const zeroKey = new Uint8Array(32);
+  const inner = buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 1, seq: 1, payload: new Uint8Array(100) });
+
+  test('sealTransportInPlace and openTransport: ZERO_KEY, nothing written', () => {
+    const buf = new Uint8Array(inner.length + 64);
+    buf.set(inner, 16);
+    const before = buf.slice();
+    assert.equal(sealTransportInPlace(crypto, zeroKey, 5, 0, buf, inner.length, MTU), ZERO_KEY);
+    assert.deepEqual(buf, before, 'the plaintext was not sealed');
+    const datagram = forged(zeroKey, 5, 3, inner); // authentic under the zero key
+    const out = new Uint8Array(datagram.length);
+    assert.equal(openTransport(crypto, zeroKey, 3, datagram, out), ZERO_KEY);
+    assert.ok(zeros(out), 'nothing was decrypted');
+    assert.notEqual(openTransport(crypto, crypto.randomBytes(32), 3, datagram), ZERO_KEY, 'any other key is tried (and fails)');
+  });
+
+  const batchOf = (datagrams: Uint8Array[]): PacketBatch => {
+    const batch = new BatchPool(slotSizeForMtu(MTU)).acquire();
+    for (const d of datagrams) {
+      batch.slot(batch.count).set(d);
+      batch.lengths[batch.count] = d.length;
+      batch.counters[batch.count] = batch.count;
+      batch.count++;
+    }
+    return batch;
+  };
+
+  for (const where of ['inline', 'worker'] as const) {
+    test(`${where}: a batch sealed or opened under the zero key is refused whole (SLOT_ZERO_KEY), other keys work`, async () => {
+      const pool: CryptoPool = where === 'inline' ? new InlineCryptoPool(crypto) : workers;
+      const sealing = batchOf([]);
+      for (let i = 0; i < 10; i++) {
+        sealing.slot(i).set(inner, 16);
+        sealing.lengths[i] = inner.length;
+        sealing.counters[i] = i;
+      }
+      sealing.count = 10;
+      const plain = sealing.data.slice();
+      await pool.seal(sealing, zeroKey, 5, MTU);
+      assert.deepEqual([...sealing.lengths.subarray(0, 10)], Array(10).fill(SLOT_ZERO_KEY));
+      assert.deepEqual(sealing.data, plain, 'nothing sealed');
+
+      const opening = batchOf(Array.from({ length: 10 }, (_, i) => forged(zeroKey, 5, i, inner)));
+      await pool.open(opening, zeroKey);
+      assert.deepEqual([...opening.lengths.subarray(0, 10)], Array(10).fill(SLOT_ZERO_KEY), 'not opened, though authentic under zeros');
+
+      const other = batchOf(Array.from({ length: 3 }, (_, i) => forged(zeroKey, 5, i, inner)));
+      await pool.open(other, crypto.randomBytes(32));
+      assert.deepEqual([...other.lengths.subarray(0, 3)], Array(3).fill(SLOT_FAILED), 'a wrong key fails authentication as before');
+    });
+  }
+
+  test('the batch functions refuse it directly too (the code the worker threads run)', () => {
+    const batch = batchOf([forged(zeroKey, 5, 0, inner)]);
+    openBatch(crypto, zeroKey, batch);
+    assert.equal(batch.lengths[0], SLOT_ZERO_KEY);
+    sealBatch(crypto, zeroKey, 5, MTU, batch);
+    assert.equal(batch.lengths[0], SLOT_ZERO_KEY);
+  });
+
+  test('the core counts it (a valid keypair whose receive key is zeros: a bug the floor still catches)', () => {
+    const pair = makeCorePair(crypto);
+    pair.a.core.sendPacket(buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 1, seq: 1 }));
+    pair.pump();
+    const k = pair.b.peer.keypairs.current ?? pair.b.peer.keypairs.next!;
+    k.receiveKey.fill(0);
+    pair.b.core.receiveDatagram(forged(zeroKey, k.localIndex, 100, inner), new Endpoint('203.0.113.9', 9));
+    assert.equal(pair.b.core.drops.get('zero-key'), 1);
+    assert.equal(pair.b.delivered.length, 1, 'only the genuine ping');
+    assert.equal(pair.b.peer.endpoint?.host, '192.0.2.1');
+  });
+});
+
+/**
+ * A pool that does its work only when told to, reading the key at that moment (as a pool that
+ * queues tasks and copies the key late would), and records whether that key was all zeros.
+ */
+class ControlledPool implements CryptoPool {
+  readonly threads = 1;
+  deferring = false;
+  private readonly tasks: Array<() => void> = [];
+  readonly keysSeen: Array<'zero' | 'key'> = [];
+  constructor(private readonly crypto: Crypto) {}
+  seal(batch: PacketBatch, key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown> {
+    return this.run(key, () => sealBatch(this.crypto, key, receiverIndex, mtu, batch));
+  }
+  open(batch: PacketBatch, key: Uint8Array): Promise<unknown> {
+    return this.run(key, () => openBatch(this.crypto, key, batch));
+  }
+  get queued(): number {
+    return this.tasks.length;
+  }
+  finish(): void {
+    for (const task of this.tasks.splice(0)) task();
+  }
+  private run(key: Uint8Array, work: () => void): Promise<unknown> {
+    const task = () => { this.keysSeen.push(isZeroKey(key) ? 'zero' : 'key'); work(); };
+    if (!this.deferring) {
+      task();
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this.tasks.push(() => { task(); resolve(undefined); }));
+  }
+  async close(): Promise<void> {}
+}
+
+describe('the pipelines drop work queued for a keypair retired before it ran', () => {
+  const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
+  async function until(condition: () => boolean, what: string): Promise<void> {
+    const deadline = Date.now() + 10_000;
+    while (!condition()) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 2));
+    }
+  }
+
+  /** A device pair with a session both ways; A's datagrams are then captured instead of delivered. */
+  async function setUp() {
+    const pool = new ControlledPool(crypto);
+    const pair = await makeDevicePair(crypto, { pool });
+    const ping = (from: 'a' | 'b', seq: number, size = 0) => buildEchoRequest({
+      src: from === 'a' ? '10.0.0.1' : '10.0.0.2', dst: from === 'a' ? '10.0.0.2' : '10.0.0.1', id: 7, seq, payload: new Uint8Array(size),
+    });
+    pair.a.tun.inject(ping('a', 0));
+    await until(() => pair.b.tun.written.length === 1, 'the first ping');
+    pair.b.tun.inject(ping('b', 0));
+    await until(() => pair.a.tun.written.length === 1, 'the answer');
+    const captured: Uint8Array[] = [];
+    pair.network.filter = (from, _to, d) => {
+      if (from.host !== '192.0.2.1') return true;
+      captured.push(d);
+      return false;
+    };
+    const peerOf = (side: 'a' | 'b'): Peer => [...pair[side].device.core.peers][0];
+    const deliverToB = (d: Uint8Array) => (pair.b.bind as unknown as { deliver(d: Uint8Array, f: Endpoint): void }).deliver(d, new Endpoint('192.0.2.1', pair.a.bind.port));
+    /** n large packets from A, sealed and captured. */
+    const capture = async (n: number, firstSeq: number) => {
+      captured.length = 0;
+      for (let i = 0; i < n; i++) pair.a.tun.inject(ping('a', firstSeq + i, 1000));
+      await until(() => captured.filter((d) => d[0] === 4).length === n, `${n} sealed datagrams`);
+      return captured.splice(0);
+    };
+    return { pool, pair, ping, captured, peerOf, deliverToB, capture };
+  }
+
+  test('inbound, retired while its batch fills (a key change in the same turn): dropped at dispatch, keys zeroed after', async () => {
+    const t = await setUp();
+    try {
+      const datagrams = await t.capture(20, 1);
+      const k = t.peerOf('b').keypairs.current!;
+      const written = t.pair.b.tun.written.length;
+      t.pool.keysSeen.length = 0; // A's sealing of the burst
+      for (const d of datagrams) t.deliverToB(d); // one turn: queued for k
+      t.pair.b.device.core.setPrivateKey(t.pair.b.device.core.ourPrivateKey!); // same turn: every session ends
+      assert.equal(k.retired, true);
+      assert.equal(k.keysZeroed, false, 'the filling batch holds it');
+      await turn();
+      await turn();
+      assert.equal(t.pair.b.device.core.drops.get('keypair-retired'), 20);
+      assert.equal(t.pool.keysSeen.length, 0, 'never handed to the pool');
+      assert.equal(t.pair.b.tun.written.length, written, 'nothing delivered');
+      assert.equal(k.keysZeroed, true, 'zeroed once the batch let go');
+    } finally {
+      await t.pair.close();
+    }
+  });
+
+  test('inbound, retired while the pool opens its batch: opened under the real key, then not delivered', async () => {
+    const t = await setUp();
+    try {
+      const datagrams = await t.capture(20, 1);
+      const k = t.peerOf('b').keypairs.current!;
+      const written = t.pair.b.tun.written.length;
+      t.pool.deferring = true;
+      for (const d of datagrams) t.deliverToB(d);
+      await turn(); // the flush hands the batch to the pool
+      assert.ok(t.pool.queued > 0);
+      t.pair.b.device.core.removePeer(t.peerOf('b').publicKey); // the peer goes away meanwhile
+      assert.equal(k.retired, true);
+      assert.equal(k.keysZeroed, false, 'held while the pool works');
+      t.pool.finish();
+      await turn();
+      await turn();
+      assert.ok(!t.pool.keysSeen.includes('zero'), 'the pool read the real key');
+      assert.equal(t.pair.b.device.core.drops.get('keypair-retired'), 20);
+      assert.equal(t.pair.b.tun.written.length, written, 'nothing delivered for a removed peer');
+      assert.equal(k.keysZeroed, true);
+    } finally {
+      await t.pair.close();
+    }
+  });
+
+  test('outbound, retired while the pool seals its batch: sealed under the real key, then not sent', async () => {
+    const t = await setUp();
+    try {
+      const k = t.peerOf('a').keypairs.current!;
+      t.pool.deferring = true;
+      t.captured.length = 0;
+      for (let i = 0; i < 20; i++) t.pair.a.tun.inject(t.ping('a', 100 + i, 1000));
+      await until(() => t.pool.queued > 0, 'the batch at the pool');
+      t.pair.a.device.core.setPrivateKey(t.pair.a.device.core.ourPrivateKey!);
+      assert.equal(k.keysZeroed, false, 'held while the pool works');
+      t.pool.finish();
+      await turn();
+      await turn();
+      assert.ok(!t.pool.keysSeen.includes('zero'), 'sealed under the real key, never zeros');
+      assert.equal(t.pair.a.device.core.drops.get('sending-keypair-retired'), 20);
+      assert.equal(t.captured.filter((d) => d[0] === 4).length, 0, 'nothing sent under the retired keypair');
+      assert.equal(k.keysZeroed, true);
+    } finally {
+      await t.pair.close();
+    }
+  });
+
+  test('the zero-key floor in the pipelines: a valid keypair with zeroed keys (a bug) seals and opens nothing, both paths', async () => {
+    const t = await setUp();
+    try {
+      const zeroKey = new Uint8Array(32);
+      // Outbound: a burst (batch pipeline) and a lone small packet (direct path).
+      const ka = t.peerOf('a').keypairs.current!;
+      ka.sendKey.fill(0);
+      t.captured.length = 0;
+      for (let i = 0; i < 20; i++) t.pair.a.tun.inject(t.ping('a', 200 + i, 1000));
+      await until(() => t.pair.a.device.core.drops.get('zero-key') === 20, 'the burst refused');
+      t.pair.a.tun.inject(t.ping('a', 300));
+      await until(() => t.pair.a.device.core.drops.get('zero-key') === 21, 'the lone packet refused');
+      assert.equal(t.captured.filter((d) => d[0] === 4).length, 0, 'nothing sent');
+      // Inbound: datagrams authentic under zeros, batched and direct.
+      const kb = t.peerOf('b').keypairs.current!;
+      kb.receiveKey.fill(0);
+      const written = t.pair.b.tun.written.length;
+      const attacker = new Endpoint('203.0.113.9', 9);
+      const deliver = (d: Uint8Array) => (t.pair.b.bind as unknown as { deliver(d: Uint8Array, f: Endpoint): void }).deliver(d, attacker);
+      deliver(forged(zeroKey, kb.localIndex, 1000, t.ping('a', 400))); // alone: the direct path
+      for (let i = 0; i < 20; i++) deliver(forged(zeroKey, kb.localIndex, 1001 + i, t.ping('a', 401 + i, 1000)));
+      await until(() => t.pair.b.device.core.drops.get('zero-key') === 21, 'all 21 refused');
+      await turn();
+      assert.equal(t.pair.b.tun.written.length, written, 'nothing delivered');
+      assert.equal(t.peerOf('b').endpoint?.host, '192.0.2.1', 'the endpoint did not move');
+    } finally {
+      await t.pair.close();
+    }
+  });
+});
