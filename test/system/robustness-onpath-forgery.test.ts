@@ -141,7 +141,7 @@ interface Outcome {
  */
 async function runAttack<S>(
   scope: Scope, tc: TestContext, sides: { a: UserspaceWgOptions; b: UserspaceWgOptions }, seconds: number,
-  hooks: { snapshot?: (t: Tunnel) => Promise<S>; during?: (t: Tunnel, until: () => boolean) => Promise<void> } = {},
+  hooks: { snapshot?: (t: Tunnel) => Promise<S>; during?: (t: Tunnel, attacking: () => boolean) => Promise<void> } = {},
 ): Promise<{ t: Tunnel; outcome: Outcome; before?: S; after?: S }> {
   const world = await routedWorld(scope);
   const t = await startTunnel(scope, world.topo, sides);
