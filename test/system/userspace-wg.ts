@@ -2,6 +2,8 @@
  * One way to run any userspace WireGuard in a network namespace and drive it with `wg`:
  *
  *   'wireguard-go'    Debian's `wireguard-go -f IFNAME`
+ *   'wireguard-go-modern'  the newest upstream wireguard-go beside the checkout
+ *                     (../shared/anchors/wireguard-go-modern, see {@link WIREGUARD_GO_MODERN}), same usage
  *   'roamguard-node'  `bin/roamguard --runtime node wg -f [--threads N] IFNAME`
  *   'roamguard-bun'   `bin/roamguard --runtime bun wg -f [--threads N] IFNAME`
  *
@@ -27,13 +29,22 @@ import {
   type KeyPair, type LaunchSpec, type PeerConfig, type StartOptions,
 } from './wireguard-go.ts';
 
-export type Implementation = 'wireguard-go' | 'roamguard-node' | 'roamguard-bun';
+export type Implementation = 'wireguard-go' | 'wireguard-go-modern' | 'roamguard-node' | 'roamguard-bun';
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 /** The roamguard entry point (a shell script choosing Node.js or Bun). */
 export const ROAMGUARD_BIN = join(REPO_ROOT, 'bin/roamguard');
 /** The program for wg-quick's WG_QUICK_USERSPACE_IMPLEMENTATION. */
 export const ROAMGUARD_WG_BIN = join(REPO_ROOT, 'bin/roamguard-wg');
+/**
+ * Upstream wireguard-go's newest release, built beside the checkout (README there); absent on a
+ * user's machine, so tests that use it check {@link hasWireGuardGoModern} first.
+ */
+export const WIREGUARD_GO_MODERN = resolve(REPO_ROOT, '../shared/anchors/wireguard-go-modern');
+
+export function hasWireGuardGoModern(): boolean {
+  try { accessSync(WIREGUARD_GO_MODERN, fsConstants.X_OK); return true; } catch { return false; }
+}
 
 export interface UserspaceWgOptions extends StartOptions {
   /** Default 'roamguard-node'. */
@@ -47,6 +58,9 @@ export interface UserspaceWgOptions extends StartOptions {
 /** The foreground command line and environment of `implementation` for `ifname`. */
 export function launchSpec(implementation: Implementation, ifname: string, options: UserspaceWgOptions = {}): LaunchSpec {
   if (implementation === 'wireguard-go') return WireGuardGo.launchSpec(ifname, options);
+  if (implementation === 'wireguard-go-modern') {
+    return { ...WireGuardGo.launchSpec(ifname, options), command: WIREGUARD_GO_MODERN, label: `wireguard-go-modern ${ifname}` };
+  }
   const env: Record<string, string> = { ...options.env, LOG_LEVEL: daemonLogLevel(options.logLevel) };
   const runtime = implementation === 'roamguard-bun' ? 'bun' : 'node';
   const timings = options.timings ? JSON.stringify(options.timings) : process.env.ROAMGUARD_TEST_TIMINGS;
@@ -71,7 +85,7 @@ export class UserspaceWg extends WgDaemon {
     const implementation = options.implementation ?? 'roamguard-node';
     const ifname = options.ifname ?? uniqueName('rg');
     // Node.js compiles the TypeScript sources at start (tsx): allow for a loaded machine.
-    const startTimeoutMs = options.startTimeoutMs ?? (implementation === 'wireguard-go' ? 5000 : 20_000);
+    const startTimeoutMs = options.startTimeoutMs ?? (implementation.startsWith('wireguard-go') ? 5000 : 20_000);
     const spec = launchSpec(implementation, ifname, options);
     const daemon = new UserspaceWg(scope, ns, ifname, spec, { ...options, startTimeoutMs }, implementation);
     await daemon.launch();
@@ -98,7 +112,8 @@ export async function requireDaemonPrerequisites(implementations: readonly Imple
   const executable = (path: string) => {
     try { accessSync(path, fsConstants.X_OK); return true; } catch { return false; }
   };
-  if (implementations.some((i) => i !== 'wireguard-go') && !executable(ROAMGUARD_BIN)) problems.push(`${ROAMGUARD_BIN} is not executable`);
+  if (implementations.some((i) => i.startsWith('roamguard')) && !executable(ROAMGUARD_BIN)) problems.push(`${ROAMGUARD_BIN} is not executable`);
+  if (implementations.includes('wireguard-go-modern') && !executable(WIREGUARD_GO_MODERN)) problems.push(`${WIREGUARD_GO_MODERN} is not executable`);
   if (implementations.includes('roamguard-node') && !existsSync(join(REPO_ROOT, 'node_modules/tsx/dist/esm/index.mjs'))) {
     problems.push('tsx is not installed (run `npm install` in the checkout)');
   }
