@@ -172,14 +172,27 @@ async function main(): Promise<void> {
   const libcModule = await import('../../dataplane/sys/libc.ts');
   const { selectCrypto } = await import('../../dataplane/crypto/select.ts');
   const { parseIp, formatIp } = await import('../../dataplane/net/ip.ts');
-  const { sealTransportInPlace, openTransport, TRANSPORT_OVERHEAD } = await import('../../dataplane/session/transport.ts');
-  const { readCounter, readU32 } = await import('../../dataplane/noise/messages.ts');
+  const { TRANSPORT_OVERHEAD } = await import('../../dataplane/session/transport.ts');
+  const { readCounter, readU32, paddedLength, writeTransportHeader, TAG_SIZE } = await import('../../dataplane/noise/messages.ts');
+  const { writeCounterNonce } = await import('../../dataplane/crypto/primitives.ts');
   const { buildUdp } = await import('./hostile-peer.ts');
   const { AF_INET, SOCK_DGRAM, SOCK_NONBLOCK, SOCK_CLOEXEC, SOL_SOCKET, SO_RCVBUFFORCE, EAGAIN, errnoError, loadLibc } = libcModule;
 
   const libc = await loadLibc();
   const crypto = await selectCrypto();
   const zeroKey = new Uint8Array(32);
+  const nonce = new Uint8Array(12);
+  // The attacker's own sealing and opening, straight on the AEAD: the data plane's transport
+  // functions refuse the all-zero key, an attacker's code does not.
+  const sealRaw = (key: Uint8Array, index: number, counter: number, buf: Uint8Array, length: number): number => {
+    const padded = paddedLength(length, 1420);
+    buf.fill(0, 16 + length, 16 + padded);
+    crypto.seal(key, writeCounterNonce(counter, nonce), buf.subarray(16, 16 + padded), undefined, buf.subarray(16, 16 + padded + TAG_SIZE));
+    writeTransportHeader(buf, 0, index, counter);
+    return 16 + padded + TAG_SIZE;
+  };
+  const opensUnder = (key: Uint8Array, counter: number, datagram: Uint8Array): boolean =>
+    crypto.open(key, writeCounterNonce(counter, nonce), datagram.subarray(16), undefined, new Uint8Array(datagram.length)) !== null;
   const write = (msg: Result) => process.stdout.write(`${JSON.stringify(msg)}\n`);
 
   let config: AttackerInit | undefined;
@@ -290,8 +303,8 @@ async function main(): Promise<void> {
     // Self-check: a forgery opens under the zero key (and only under it).
     const probe = forge({ index: 1, owner: Object.keys(cfg.victims)[0], ownerPort: 1, peer: cfg.address, peerPort: 1, lastSeen: 0, nextCounter: 7, forged: false }, 64, 7);
     const wg = probe.subarray(28);
-    if (!openTransport(crypto, zeroKey, 7, wg, new Uint8Array(wg.length))) throw new Error('self-check: the forgery does not open under the zero key');
-    if (openTransport(crypto, new Uint8Array(32).fill(1), 7, wg, new Uint8Array(wg.length))) throw new Error('self-check: the forgery opens under another key');
+    if (!opensUnder(zeroKey, 7, wg)) throw new Error('self-check: the forgery does not open under the zero key');
+    if (opensUnder(new Uint8Array(32).fill(1), 7, wg)) throw new Error('self-check: the forgery opens under another key');
     void loop();
     return {};
   }
@@ -306,7 +319,7 @@ async function main(): Promise<void> {
     const packet = new Uint8Array(28 + inner.length + TRANSPORT_OVERHEAD);
     const wg = packet.subarray(28);
     wg.set(inner, 16);
-    const wgLength = sealTransportInPlace(crypto, zeroKey, l.index, counter, wg, inner.length, 1420);
+    const wgLength = sealRaw(zeroKey, l.index, counter, wg, inner.length);
     const total = 28 + wgLength;
     const v = new DataView(packet.buffer);
     // IPv4 header (the kernel fills in the checksum and the identification of an IP_HDRINCL packet).
