@@ -35,11 +35,38 @@ function sourceBytes(address: Uint8Array, port: number): Uint8Array {
   return out;
 }
 
+function isZeroMac(bytes: Uint8Array, offset: number): boolean {
+  let acc = 0;
+  for (let i = 0; i < MAC_SIZE; i++) acc |= bytes[offset + i];
+  return acc === 0;
+}
+
+/** Cookie nonces are drawn from the CSPRNG this many at a time (one provider call per 256 replies). */
+const NONCES_PER_REFILL = 256;
+const NONCE_SIZE = 24;
+
+/** A source's cookie under the current secret: the MAC of its address and port. */
+interface CachedCookie {
+  port: number;
+  generation: number;
+  cookie: Uint8Array;
+}
+
 export class CookieChecker {
   private mac1Key: Uint8Array;
   private cookieEncryptionKey: Uint8Array;
   private secret: Uint8Array;
   private secretSetAt = -Infinity;
+  /** Bumped when the secret changes: cached cookies of an older generation are stale. */
+  private generation = 0;
+  /**
+   * Cookies by the source's address bytes (an Endpoint's `addressBytes`, which the binds reuse
+   * per source): under a flood each source's cookie is computed once per secret, not per message.
+   * Weak, so it holds nothing the binds have let go of.
+   */
+  private readonly cookies = new WeakMap<Uint8Array, CachedCookie>();
+  private nonces = new Uint8Array(0);
+  private nonceAt = 0;
 
   constructor(private readonly crypto: Crypto, ourPublicKey: Uint8Array, private readonly refreshTime: number) {
     this.mac1Key = crypto.hash(LABEL_MAC1, ourPublicKey);
@@ -57,28 +84,58 @@ export class CookieChecker {
   /** True when the message's mac2 proves a fresh cookie for this source address and port. */
   checkMac2(message: Uint8Array, address: Uint8Array, port: number, nowMs: number): boolean {
     if (nowMs - this.secretSetAt > this.refreshTime) return false;
-    const cookie = this.crypto.mac(this.secret, sourceBytes(address, port));
     const offset = mac2Offset(message);
-    const expected = this.crypto.mac(cookie, message.subarray(0, offset));
+    // An all-zero mac2 is what a sender without a cookie writes (and a 2^-128 chance otherwise):
+    // refusing it without a MAC is the flood's common case, and reveals nothing secret.
+    if (isZeroMac(message, offset)) return false;
+    const expected = this.crypto.mac(this.cookieFor(address, port), message.subarray(0, offset));
     return constantTimeEqual(expected, message.subarray(offset, offset + MAC_SIZE));
   }
 
   /** A cookie reply to `message` (an initiation or response whose mac1 was valid). */
   createReply(message: Uint8Array, address: Uint8Array, port: number, nowMs: number): Uint8Array {
     if (nowMs - this.secretSetAt > this.refreshTime) {
+      this.secret.fill(0);
       this.secret = this.crypto.randomBytes(32);
       this.secretSetAt = nowMs;
+      this.generation++;
     }
-    const cookie = this.crypto.mac(this.secret, sourceBytes(address, port));
+    const cookie = this.cookieFor(address, port);
     const reply = new Uint8Array(COOKIE_REPLY_SIZE);
     reply[0] = MESSAGE_COOKIE_REPLY;
     writeU32(reply, COOKIE_REPLY.receiver, readU32(message, 4)); // the triggering message's sender index
-    const nonce = this.crypto.randomBytes(24);
+    const nonce = this.nextNonce();
     reply.set(nonce, COOKIE_REPLY.nonce);
     const offset = mac1Offset(message);
     const sealed = this.crypto.xseal(this.cookieEncryptionKey, nonce, cookie, message.subarray(offset, offset + MAC_SIZE));
     reply.set(sealed, COOKIE_REPLY.encryptedCookie);
     return reply;
+  }
+
+  /** The cookie for a source under the current secret, from the cache when it was made already. */
+  private cookieFor(address: Uint8Array, port: number): Uint8Array {
+    const cached = this.cookies.get(address);
+    if (cached !== undefined && cached.port === port && cached.generation === this.generation) return cached.cookie;
+    const cookie = this.crypto.mac(this.secret, sourceBytes(address, port));
+    if (cached !== undefined) {
+      cached.port = port;
+      cached.generation = this.generation;
+      cached.cookie = cookie;
+    } else {
+      this.cookies.set(address, { port, generation: this.generation, cookie });
+    }
+    return cookie;
+  }
+
+  /** A fresh random 24-byte nonce (a view; valid until the next call refills). */
+  private nextNonce(): Uint8Array {
+    if (this.nonceAt + NONCE_SIZE > this.nonces.length) {
+      this.nonces = this.crypto.randomBytes(NONCE_SIZE * NONCES_PER_REFILL);
+      this.nonceAt = 0;
+    }
+    const nonce = this.nonces.subarray(this.nonceAt, this.nonceAt + NONCE_SIZE);
+    this.nonceAt += NONCE_SIZE;
+    return nonce;
   }
 }
 
