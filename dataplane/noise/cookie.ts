@@ -65,7 +65,7 @@ export class CookieChecker {
    * Weak, so it holds nothing the binds have let go of.
    */
   private readonly cookies = new WeakMap<Uint8Array, CachedCookie>();
-  private nonces = new Uint8Array(0);
+  private nonces: Uint8Array = new Uint8Array(0);
   private nonceAt = 0;
 
   constructor(private readonly crypto: Crypto, ourPublicKey: Uint8Array, private readonly refreshTime: number) {
