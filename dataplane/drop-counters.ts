@@ -3,6 +3,8 @@
  * nothing disappears silently; the counters are exported as metrics by later layers.
  */
 export const DROP_REASONS = [
+  // Before the data plane saw them: the kernel dropped them from a full socket receive queue
+  'receive-queue-overflow',
   // Datagram shape (noise/messages.ts)
   'too-short', 'unknown-type', 'bad-length',
   // Handshake messages

@@ -41,7 +41,9 @@
  * close() stops the reader through an eventfd and the STATE handshake, delivers what the reader had
  * already received, and closes the sockets only after the reader has stopped using them (a closed
  * fd number could be reused at once). At most PUMP_DATAGRAMS datagrams are delivered per turn of
- * the event loop.
+ * the event loop. Datagrams the kernel dropped from a full receive queue are counted too
+ * (SO_RXQ_OVFL, reported with the next datagram received): `stats.kernelDrops`, and as they are
+ * learnt, `onKernelDrops`.
  *
  * Raw pointers. The iovecs and msghdrs hold raw addresses (libc.address: koffi.address() on
  * Node, ptr() from bun:ffi on Bun), taken of SharedArrayBuffer memory only, because its backing
@@ -65,13 +67,13 @@ import {
   AF_INET, AF_INET6, CMSGHDR_SIZE, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, EAGAIN, EFD_CLOEXEC, EFD_NONBLOCK, EINTR, EINVAL, EIO,
   EMSGSIZE, ENOPROTOOPT, EOPNOTSUPP, IOVEC_SIZE, IPPROTO_IPV6, IPV6_V6ONLY, MMSGHDR_SIZE, MSG_DONTWAIT, SOCKADDR_IN6_SIZE,
   SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET, SOL_UDP, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF,
-  SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
+  SO_RXQ_OVFL, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
 import { startWorker, waitAsync } from '../sys/threads.ts';
 import type { Bind, BindStats } from './bind.ts';
 import type { UdpReaderConfig } from './udp-reader-worker.ts';
 import {
-  LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
+  KERNEL_DROPS, LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
   STATE_STOP_REQUESTED, TRUNCATED, UDP_RING_SLOTS, UDP_SLOT_SIZE, WRITE_SEQ, udpRingOffsets, udpRingViews, type UdpRingViews,
 } from './udp-ring.ts';
 
@@ -127,6 +129,7 @@ export class FfiBindStats implements BindStats {
   /** Wake-ups of the main thread that delivered datagrams (received / batches = the average batch). */
   batches = 0;
   #retiredReceiveErrors = 0;
+  #retiredKernelDrops = 0;
   #header: Int32Array | undefined;
   readonly #queues: SendQueue[];
 
@@ -138,6 +141,15 @@ export class FfiBindStats implements BindStats {
   get receiveErrors(): number {
     const h = this.#header;
     return this.#retiredReceiveErrors + (h ? Atomics.load(h, READ_ERRORS) + Atomics.load(h, TRUNCATED) : 0);
+  }
+
+  /**
+   * Datagrams the kernel dropped because a socket's receive queue was full (SO_RXQ_OVFL), as far
+   * as a later datagram has reported it: the reader never saw them.
+   */
+  get kernelDrops(): number {
+    const h = this.#header;
+    return this.#retiredKernelDrops + (h ? (h[KERNEL_DROPS] >>> 0) + (h[KERNEL_DROPS + 1] >>> 0) : 0);
   }
 
   /** Datagrams waiting for room in a socket's send buffer. */
@@ -155,6 +167,7 @@ export class FfiBindStats implements BindStats {
   /** Keeps the counts of a closed session's ring. */
   detach(): void {
     this.#retiredReceiveErrors = this.receiveErrors;
+    this.#retiredKernelDrops = this.kernelDrops;
     this.#header = undefined;
   }
 }
@@ -313,6 +326,9 @@ export class FfiUdpBind implements Bind {
   private tx: TxArea | undefined;
   private session: Session | undefined;
   private handler: (datagram: Uint8Array, source: Endpoint) => void = () => {};
+  private kernelDropsHandler: (dropped: number) => void = () => {};
+  /** stats.kernelDrops as last reported to kernelDropsHandler. */
+  private kernelDropsReported = 0;
   private mark = 0;
   /** open/close run one at a time. */
   private lifecycle: Promise<unknown> = Promise.resolve();
@@ -355,6 +371,10 @@ export class FfiUdpBind implements Bind {
 
   onReceive(handler: (datagram: Uint8Array, source: Endpoint) => void): void {
     this.handler = handler;
+  }
+
+  onKernelDrops(handler: (dropped: number) => void): void {
+    this.kernelDropsHandler = handler;
   }
 
   open(port: number): Promise<number> {
@@ -462,6 +482,10 @@ export class FfiUdpBind implements Bind {
     // The FORCE variants need CAP_NET_ADMIN; without it the plain options apply, capped by the sysctls.
     if (libc.setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, size, 4) !== 0) libc.setsockopt(fd, SOL_SOCKET, SO_RCVBUF, size, 4);
     if (libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, size, 4) !== 0) libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUF, size, 4);
+    // Datagrams then carry the socket's count of kernel drops (a full receive queue): see kernelDrops.
+    const on = new Uint8Array(4);
+    new Int32Array(on.buffer)[0] = 1;
+    libc.setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, on, 4);
     if (this.gro) {
       // Coalesced receives: a kernel without UDP_GRO simply delivers one datagram per message.
       const one = new Uint8Array(4);
@@ -683,6 +707,16 @@ export class FfiUdpBind implements Bind {
     session.readSeq = seq;
     Atomics.store(header, READ_SEQ, seq);
     Atomics.notify(header, READ_SEQ);
+    const kernelDrops = stats.kernelDrops;
+    if (kernelDrops > this.kernelDropsReported) {
+      const dropped = kernelDrops - this.kernelDropsReported;
+      this.kernelDropsReported = kernelDrops;
+      try {
+        this.kernelDropsHandler(dropped);
+      } catch (err) {
+        failure ??= err;
+      }
+    }
     if (failure !== undefined) queueMicrotask(() => { throw failure; });
     return more;
   }

@@ -124,6 +124,8 @@ export class Device {
     } else {
       this.bind.onReceive((datagram, source) => this.core.receiveDatagram(datagram, source));
     }
+    // What the kernel dropped from a full receive queue is a drop like any other (a flood's overflow).
+    this.bind.onKernelDrops?.((dropped) => this.core.drops.count('receive-queue-overflow', dropped));
   }
 
   /** Opens the UDP port (0 = any), starts reading the TUN and running timers. */

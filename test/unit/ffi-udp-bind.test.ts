@@ -19,7 +19,9 @@ import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { WorkerCryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
-import { EAGAIN, EINVAL, SOL_SOCKET, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, loadLibc, type Libc } from '../../dataplane/sys/libc.ts';
+import {
+  AF_INET, EAGAIN, EINVAL, SOCKADDR_IN_SIZE, SOCK_DGRAM, SOL_SOCKET, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, loadLibc, type Libc,
+} from '../../dataplane/sys/libc.ts';
 
 const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
 const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
@@ -357,6 +359,35 @@ describe('FfiUdpBind', () => {
     await assert.rejects(udp.open(first.port), (err: NodeJS.ErrnoException) => err.code === 'EADDRINUSE');
     // The failed bind still works afterwards.
     assert.ok((await bind.open(0)) > 0);
+  });
+
+  test('datagrams the kernel dropped from a full receive queue are counted (SO_RXQ_OVFL) and reported to onKernelDrops', async () => {
+    // A ring of two slots and the smallest socket buffer: while this thread sends without
+    // yielding, nothing is consumed, so the reader stops, the kernel's queue fills, and it drops.
+    const { bind, got } = await ffiBind({ slots: 2, socketBufferBytes: 4096 });
+    const reported: number[] = [];
+    bind.onKernelDrops((n) => reported.push(n));
+    const libc = await loadLibc();
+    const fd = libc.socket(AF_INET, SOCK_DGRAM, 0);
+    assert.ok(fd >= 0);
+    try {
+      const to = new Uint8Array(SOCKADDR_IN_SIZE);
+      new Uint16Array(to.buffer, 0, 1)[0] = AF_INET;
+      to[2] = bind.port >>> 8; to[3] = bind.port & 0xff;
+      to.set([127, 0, 0, 1], 4);
+      const datagram = new Uint8Array(100);
+      const burst = 2000;
+      for (let i = 0; i < burst; i++) assert.equal(libc.sendto(fd, datagram, datagram.length, 0, to, to.length), datagram.length);
+      // The drop count arrives with the next datagram queued after the drops.
+      await until(() => got.length > 0 && bind.stats.received === got.length, 'the burst\'s survivors');
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(libc.sendto(fd, datagram, datagram.length, 0, to, to.length), datagram.length);
+      await until(() => got.length + bind.stats.kernelDrops === burst + 1, `every datagram received or counted as a kernel drop (${got.length} received, ${bind.stats.kernelDrops} dropped)`);
+      assert.ok(bind.stats.kernelDrops > burst / 2, `most of the burst was dropped: ${bind.stats.kernelDrops}`);
+      assert.equal(reported.reduce((a, b) => a + b, 0), bind.stats.kernelDrops, 'onKernelDrops got each drop once');
+    } finally {
+      libc.close(fd);
+    }
   });
 
   test('socket buffers are 7 MiB', async () => {
