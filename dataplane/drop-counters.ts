@@ -8,7 +8,7 @@ export const DROP_REASONS = [
   // Datagram shape (noise/messages.ts)
   'too-short', 'unknown-type', 'bad-length',
   // Handshake messages
-  'bad-mac1', 'cookie-required', 'rate-limited', 'handshake-failed', 'handshake-replay',
+  'bad-mac1', 'cookie-required', 'cookie-reply-shed', 'rate-limited', 'handshake-failed', 'handshake-replay',
   'handshake-flood', 'unknown-peer', 'bad-cookie-reply',
   // Transport messages
   'unknown-index', 'expired-keypair', 'counter-limit', 'decryption-failed', 'replay',

@@ -36,6 +36,12 @@ export interface Bind {
    * them (a full socket receive queue), `dropped` more each call (FfiUdpBind: SO_RXQ_OVFL).
    */
   onKernelDrops?(handler: (dropped: number) => void): void;
+  /**
+   * Optional: before each delivery of received datagrams, the handler learns how many were
+   * waiting and how many the bind can hold (a full receive ring means the kernel queues, then
+   * drops, the rest): the device's measure of overload.
+   */
+  onBacklog?(handler: (pending: number, capacity: number) => void): void;
   /** Sets the firewall mark (SO_MARK) on outgoing datagrams; 0 clears it. Rejects when the kernel refuses. */
   setMark(mark: number): Promise<void>;
   /** Resolves once receiving really runs (a reader thread may still be starting after open). */

@@ -327,6 +327,7 @@ export class FfiUdpBind implements Bind {
   private session: Session | undefined;
   private handler: (datagram: Uint8Array, source: Endpoint) => void = () => {};
   private kernelDropsHandler: (dropped: number) => void = () => {};
+  private backlogHandler: (pending: number, capacity: number) => void = () => {};
   /** stats.kernelDrops as last reported to kernelDropsHandler. */
   private kernelDropsReported = 0;
   private mark = 0;
@@ -375,6 +376,10 @@ export class FfiUdpBind implements Bind {
 
   onKernelDrops(handler: (dropped: number) => void): void {
     this.kernelDropsHandler = handler;
+  }
+
+  onBacklog(handler: (pending: number, capacity: number) => void): void {
+    this.backlogHandler = handler;
   }
 
   open(port: number): Promise<number> {
@@ -676,6 +681,11 @@ export class FfiUdpBind implements Bind {
     const handler = this.handler;
     const stats = this.stats;
     stats.batches++;
+    try {
+      this.backlogHandler(count, session.slots);
+    } catch (err) {
+      failure ??= err;
+    }
     let delivered = 0;
     for (let i = 0; i < count && !session.closed; i++) {
       if (delivered >= limit) {

@@ -126,6 +126,7 @@ export class Device {
     }
     // What the kernel dropped from a full receive queue is a drop like any other (a flood's overflow).
     this.bind.onKernelDrops?.((dropped) => this.core.drops.count('receive-queue-overflow', dropped));
+    this.bind.onBacklog?.((pending, capacity) => this.core.reportReceiveBacklog(pending, capacity));
   }
 
   /** Opens the UDP port (0 = any), starts reading the TUN and running timers. */

@@ -118,7 +118,7 @@ const INNER_L = '10.77.0.3';
  * One flood against `subject` in fresh namespaces (everything registered in `scope`): returns
  * the figures; asserts nothing.
  */
-export async function runFlood(scope: Scope, subject: Subject, flooderBinary: string, options: { rate: number; seconds: number }): Promise<FloodReport> {
+export async function runFlood(scope: Scope, subject: Subject, flooderBinary: string, options: { rate: number; seconds: number; victimEnv?: Record<string, string> }): Promise<FloodReport> {
   const topo = await createPair(scope);
   const v = topo.a;
   const b = topo.b;
@@ -129,8 +129,8 @@ export async function runFlood(scope: Scope, subject: Subject, flooderBinary: st
 
   const [keysV, keysE, keysL] = await Promise.all([generateKeyPair(), generateKeyPair(), generateKeyPair()]);
   const victim: WgDaemon = subject === 'roamguard-node'
-    ? await UserspaceWg.start(scope, v, { implementation: 'roamguard-node', startTimeoutMs: 60_000 })
-    : await AnchorWireGuardGo.start(scope, v);
+    ? await UserspaceWg.start(scope, v, { implementation: 'roamguard-node', startTimeoutMs: 60_000, env: options.victimEnv })
+    : await AnchorWireGuardGo.start(scope, v, { env: options.victimEnv });
   const existing = await AnchorWireGuardGo.start(scope, b);
   const legitimate = await AnchorWireGuardGo.start(scope, c);
   await victim.configure({
