@@ -341,6 +341,50 @@ describe('FfiUdpBind', () => {
     assert.equal(a.bind.stats.queued, 0);
   });
 
+  test('answers sent while received datagrams are delivered leave together (sendmmsg, one destination each), in order, also past EAGAIN', async () => {
+    const real = await loadLibc();
+    let sendtos = 0, sendmmsgs = 0, calls = 0, fakeErrno = 0;
+    // Every fifth sendmmsg fails with EAGAIN, and each sends at most 50 messages.
+    const counting: Libc = {
+      ...real,
+      sendto: (...args) => { sendtos++; fakeErrno = 0; return real.sendto(...args); },
+      sendmmsg: (fd, vec, vlen, flags) => {
+        sendmmsgs++;
+        if (++calls % 5 === 0) { fakeErrno = EAGAIN; return -1; }
+        fakeErrno = 0;
+        return real.sendmmsg(fd, vec, Math.min(vlen, 50), flags);
+      },
+      errno: () => fakeErrno || real.errno(),
+    };
+    // The responder answers every datagram with a copy prefixed by 0xaa; one with 0xbb gets a
+    // large answer (not collected: it flushes what was collected first).
+    const responder = new FfiUdpBind({ libc: counting });
+    opened.push(responder);
+    responder.onReceive((data, source) => {
+      const answer = new Uint8Array(data[0] === 0xbb ? 1200 : data.length + 1);
+      answer[0] = 0xaa;
+      answer.set(data, 1);
+      responder.send(source, answer);
+    });
+    await responder.open(0);
+    await responder.ready();
+    const clients = await Promise.all([dgramSocket('udp4'), dgramSocket('udp4'), dgramSocket('udp6')]);
+    const count = 600;
+    for (let i = 0; i < count; i++) {
+      const client = clients[i % 3];
+      const message = Buffer.from([i === 300 ? 0xbb : 1, i >> 8, i & 0xff]);
+      client.socket.send(message, responder.port, client.socket.address().family === 'IPv6' ? '::1' : '127.0.0.1');
+    }
+    await until(() => clients.reduce((n, c) => n + c.got.length, 0) === count, `every answer (${clients.map((c) => c.got.length)})`, 10_000);
+    for (const [k, client] of clients.entries()) {
+      const seqs = client.got.map((d) => { assert.equal(d.data[0], 0xaa); return (d.data[2] << 8) | d.data[3]; });
+      assert.deepEqual(seqs, Array.from({ length: count / 3 }, (_, j) => j * 3 + k), `client ${k}: every answer, in order`);
+    }
+    assert.equal(responder.stats.sent, count);
+    assert.equal(responder.stats.sendErrors, 0);
+    assert.ok(sendmmsgs > 0 && sendtos + sendmmsgs < count / 2, `answers were collected: ${sendmmsgs} sendmmsg and ${sendtos} sendto calls for ${count}`);
+  });
+
   test('a taken port fails with EADDRINUSE', async () => {
     const holder = await dgramSocket('udp4');
     const port = holder.socket.address().port; // bound to 127.0.0.1: conflicts with the wildcard bind
