@@ -36,16 +36,8 @@ export const UNDER_LOAD_AFTER_TIME = 1_000;
 /** Without a handshake queue to measure, this many handshake messages in one second mean "under load". */
 export const UNDER_LOAD_HANDSHAKES_PER_SECOND = 256;
 /**
- * Overloaded: the receive ring was full each time the device began to deliver it,
- * OVERLOADED_BACKLOG_STREAK deliveries in a row (the reader thread has stopped, and the kernel's
- * queue fills; once full it drops at random, a legitimate peer's initiation as likely as the
- * flood's). A single full delivery follows any pause of the main thread (a garbage collection);
- * a streak means more arrives than the device answers. The state lasts UNDER_LOAD_AFTER_TIME.
- */
-export const OVERLOADED_BACKLOG_FRACTION = 1;
-export const OVERLOADED_BACKLOG_STREAK = 8;
-/**
- * While overloaded, cookie replies per source address (IPv4, or IPv6 /64) and second, with this
+ * While overloaded (the device's receive queue overflowed within UNDER_LOAD_AFTER_TIME: see
+ * WireGuardCore.reportReceiveOverflow), cookie replies per source address (IPv4, or IPv6 /64) and second, with this
  * burst; the rest are shed (counted, not answered). Generous for peers behind one NAT address
  * (each retries every 5 s), a small fraction of a flood.
  */

@@ -12,7 +12,7 @@
 import { AllowedIps } from './allowedips/allowedips.ts';
 import { systemClock, type Clock } from './clock.ts';
 import {
-  DEFAULT_MTU, MAX_CONTENT_SIZE, OVERLOADED_BACKLOG_FRACTION, OVERLOADED_BACKLOG_STREAK, OVERLOADED_COOKIE_REPLIES_PER_SECOND, OVERLOADED_COOKIE_REPLY_BURST,
+  DEFAULT_MTU, MAX_CONTENT_SIZE, OVERLOADED_COOKIE_REPLIES_PER_SECOND, OVERLOADED_COOKIE_REPLY_BURST,
   PRODUCTION_TIMINGS, REJECT_AFTER_MESSAGES_SAFE, UNDER_LOAD_AFTER_TIME, UNDER_LOAD_HANDSHAKES_PER_SECOND, UNDER_LOAD_QUEUE_LENGTH,
   type Timings,
 } from './constants.ts';
@@ -87,7 +87,6 @@ export class WireGuardCore implements PeerHost {
   private readonly peersByKey = new Map<string, Peer>();
   private underLoadUntil = -Infinity;
   private overloadedUntil = -Infinity;
-  private backlogStreak = 0;
   private handshakeWindowStart = -Infinity;
   private handshakesInWindow = 0;
 
@@ -225,7 +224,7 @@ export class WireGuardCore implements PeerHost {
    * The handshake gate, in wireguard-go's order: mac1 must be right; under load, mac2 must prove
    * a fresh cookie (else we answer with a cookie reply) and the source's rate limit must allow it.
    *
-   * Overloaded (more arrives than the device can answer, see reportReceiveBacklog), a source that
+   * Overloaded (more arrives than the device can answer, see reportReceiveOverflow), a source that
    * had its share of cookie replies gets none for a while (counted as cookie-reply-shed): replies
    * are most of the work of a flood, and without shedding the kernel drops at random instead. A
    * message with a valid mac2 (a peer retrying with its cookie) is never shed, and a source that
@@ -405,19 +404,28 @@ export class WireGuardCore implements PeerHost {
   }
 
   /**
-   * A device reports how many received datagrams were waiting (`pending` of `capacity`) when it
-   * began to deliver them. Past OVERLOADED_BACKLOG_FRACTION, OVERLOADED_BACKLOG_STREAK deliveries
-   * in a row, the device is overloaded (cookie replies are shed per source, see
-   * admitHandshakeMessage) for UNDER_LOAD_AFTER_TIME.
+   * A device reports `dropped` more datagrams lost before the core could see them, because its
+   * receive queue was full (the kernel's socket queue: SO_RXQ_OVFL). They are counted
+   * (receive-queue-overflow), and the device is overloaded for UNDER_LOAD_AFTER_TIME: more arrives
+   * than it answers, and a full queue drops at random, a legitimate peer's initiation as likely
+   * as the flood's, so cookie replies are shed per source instead (see admitHandshakeMessage).
+   */
+  reportReceiveOverflow(dropped: number): void {
+    if (!(dropped > 0)) return;
+    this.drops.count('receive-queue-overflow', dropped);
+    this.overloadedUntil = this.clock.now() + UNDER_LOAD_AFTER_TIME;
+  }
+
+  /**
+   * A device reports how many received datagrams were waiting (`pending`, of the `capacity` it
+   * holds) when it began to deliver them. While overloaded, a full backlog keeps it so: the flood
+   * goes on, and ending the shedding would only let the kernel's queue overflow again (a full
+   * backlog alone is no overload: it follows any pause of the main thread).
    */
   reportReceiveBacklog(pending: number, capacity: number): void {
-    if (!(capacity > 0 && pending >= capacity * OVERLOADED_BACKLOG_FRACTION)) {
-      this.backlogStreak = 0;
-      return;
-    }
-    // One full delivery follows any pause of the main thread (a garbage collection); only a
-    // streak of them means more arrives than the device can answer.
-    if (++this.backlogStreak >= OVERLOADED_BACKLOG_STREAK) this.overloadedUntil = this.clock.now() + UNDER_LOAD_AFTER_TIME;
+    if (pending < capacity) return;
+    const now = this.clock.now();
+    if (now < this.overloadedUntil) this.overloadedUntil = now + UNDER_LOAD_AFTER_TIME;
   }
 
   get overloaded(): boolean {

@@ -38,10 +38,11 @@ export interface Bind {
   onKernelDrops?(handler: (dropped: number) => void): void;
   /**
    * Optional: before each delivery of received datagrams, the handler learns how many were
-   * waiting and how many the bind can hold (a full receive ring means the kernel queues, then
-   * drops, the rest): the device's measure of overload.
+   * waiting and how many the bind holds (FfiUdpBind: its receive ring; when it is full, the
+   * kernel queues the rest, and drops once its queue is full too).
    */
   onBacklog?(handler: (pending: number, capacity: number) => void): void;
+
   /** Sets the firewall mark (SO_MARK) on outgoing datagrams; 0 clears it. Rejects when the kernel refuses. */
   setMark(mark: number): Promise<void>;
   /** Resolves once receiving really runs (a reader thread may still be starting after open). */

@@ -124,8 +124,8 @@ export class Device {
     } else {
       this.bind.onReceive((datagram, source) => this.core.receiveDatagram(datagram, source));
     }
-    // What the kernel dropped from a full receive queue is a drop like any other (a flood's overflow).
-    this.bind.onKernelDrops?.((dropped) => this.core.drops.count('receive-queue-overflow', dropped));
+    // What the kernel dropped from a full receive queue is counted, and means overload.
+    this.bind.onKernelDrops?.((dropped) => this.core.reportReceiveOverflow(dropped));
     this.bind.onBacklog?.((pending, capacity) => this.core.reportReceiveBacklog(pending, capacity));
   }
 
