@@ -35,6 +35,14 @@ export const UNDER_LOAD_QUEUE_LENGTH = 1024 / 8;
 export const UNDER_LOAD_AFTER_TIME = 1_000;
 /** Without a handshake queue to measure, this many handshake messages in one second mean "under load". */
 export const UNDER_LOAD_HANDSHAKES_PER_SECOND = 256;
+/**
+ * While overloaded (the device's receive queue overflowed within UNDER_LOAD_AFTER_TIME: see
+ * WireGuardCore.reportReceiveOverflow), cookie replies per source address (IPv4, or IPv6 /64) and second, with this
+ * burst; the rest are shed (counted, not answered). Generous for peers behind one NAT address
+ * (each retries every 5 s), a small fraction of a flood.
+ */
+export const OVERLOADED_COOKIE_REPLIES_PER_SECOND = 10;
+export const OVERLOADED_COOKIE_REPLY_BURST = 10;
 
 export const PADDING_MULTIPLE = 16;
 export const DEFAULT_MTU = 1420;

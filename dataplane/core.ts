@@ -12,8 +12,9 @@
 import { AllowedIps } from './allowedips/allowedips.ts';
 import { systemClock, type Clock } from './clock.ts';
 import {
-  DEFAULT_MTU, MAX_CONTENT_SIZE, PRODUCTION_TIMINGS, REJECT_AFTER_MESSAGES_SAFE, UNDER_LOAD_AFTER_TIME,
-  UNDER_LOAD_HANDSHAKES_PER_SECOND, UNDER_LOAD_QUEUE_LENGTH, type Timings,
+  DEFAULT_MTU, MAX_CONTENT_SIZE, OVERLOADED_COOKIE_REPLIES_PER_SECOND, OVERLOADED_COOKIE_REPLY_BURST,
+  PRODUCTION_TIMINGS, REJECT_AFTER_MESSAGES_SAFE, UNDER_LOAD_AFTER_TIME, UNDER_LOAD_HANDSHAKES_PER_SECOND, UNDER_LOAD_QUEUE_LENGTH,
+  type Timings,
 } from './constants.ts';
 import type { Crypto } from './crypto/primitives.ts';
 import { DropCounters } from './drop-counters.ts';
@@ -67,6 +68,13 @@ export class WireGuardCore implements PeerHost {
   readonly indexTable: IndexTable<Peer>;
   readonly allowedIps = new AllowedIps<Peer>();
   readonly rateLimiter = new RateLimiter();
+  /**
+   * Cookie replies per source while overloaded. A full table admits (answers) a new source: this
+   * limiter only sheds work, it must never be the reason a new peer gets no cookie.
+   */
+  readonly cookieReplyLimiter = new RateLimiter({
+    packetsPerSecond: OVERLOADED_COOKIE_REPLIES_PER_SECOND, burst: OVERLOADED_COOKIE_REPLY_BURST, admitWhenFull: true,
+  });
   readonly sendBuffer = new Uint8Array(MAX_CONTENT_SIZE + TRANSPORT_OVERHEAD);
   private readonly receiveBuffer = new Uint8Array(65536);
   mtu: number;
@@ -78,6 +86,7 @@ export class WireGuardCore implements PeerHost {
   private cookieChecker: CookieChecker | undefined;
   private readonly peersByKey = new Map<string, Peer>();
   private underLoadUntil = -Infinity;
+  private overloadedUntil = -Infinity;
   private handshakeWindowStart = -Infinity;
   private handshakesInWindow = 0;
 
@@ -221,6 +230,12 @@ export class WireGuardCore implements PeerHost {
   /**
    * The handshake gate, in wireguard-go's order: mac1 must be right; under load, mac2 must prove
    * a fresh cookie (else we answer with a cookie reply) and the source's rate limit must allow it.
+   *
+   * Overloaded (more arrives than the device can answer, see reportReceiveOverflow), a source that
+   * had its share of cookie replies gets none for a while (counted as cookie-reply-shed): replies
+   * are most of the work of a flood, and without shedding the kernel drops at random instead. A
+   * message with a valid mac2 (a peer retrying with its cookie) is never shed, and a source that
+   * has not asked lately (a peer coming up) still gets its cookie.
    */
   private admitHandshakeMessage(message: Uint8Array, source: Endpoint): boolean {
     const checker = this.cookieChecker;
@@ -232,6 +247,10 @@ export class WireGuardCore implements PeerHost {
     this.noteHandshakeArrival(now);
     if (!this.underLoad) return true;
     if (!checker.checkMac2(message, source.addressBytes, source.port, now)) {
+      if (now < this.overloadedUntil && !this.cookieReplyLimiter.allow(source.addressBytes, now)) {
+        this.drops.count('cookie-reply-shed');
+        return false;
+      }
       this.outputs.sendDatagram(source, checker.createReply(message, source.addressBytes, source.port, now));
       this.drops.count('cookie-required');
       return false;
@@ -399,6 +418,35 @@ export class WireGuardCore implements PeerHost {
     if (queued >= UNDER_LOAD_QUEUE_LENGTH) this.underLoadUntil = this.clock.now() + UNDER_LOAD_AFTER_TIME;
   }
 
+  /**
+   * A device reports `dropped` more datagrams lost before the core could see them, because its
+   * receive queue was full (the kernel's socket queue: SO_RXQ_OVFL). They are counted
+   * (receive-queue-overflow), and the device is overloaded for UNDER_LOAD_AFTER_TIME: more arrives
+   * than it answers, and a full queue drops at random, a legitimate peer's initiation as likely
+   * as the flood's, so cookie replies are shed per source instead (see admitHandshakeMessage).
+   */
+  reportReceiveOverflow(dropped: number): void {
+    if (!(dropped > 0)) return;
+    this.drops.count('receive-queue-overflow', dropped);
+    this.overloadedUntil = this.clock.now() + UNDER_LOAD_AFTER_TIME;
+  }
+
+  /**
+   * A device reports how many received datagrams were waiting (`pending`, of the `capacity` it
+   * holds) when it began to deliver them. While overloaded, a full backlog keeps it so: the flood
+   * goes on, and ending the shedding would only let the kernel's queue overflow again (a full
+   * backlog alone is no overload: it follows any pause of the main thread).
+   */
+  reportReceiveBacklog(pending: number, capacity: number): void {
+    if (pending < capacity) return;
+    const now = this.clock.now();
+    if (now < this.overloadedUntil) this.overloadedUntil = now + UNDER_LOAD_AFTER_TIME;
+  }
+
+  get overloaded(): boolean {
+    return this.clock.now() < this.overloadedUntil;
+  }
+
   /** Forces the under-load state for `ms` from now (tests, and a device that measures load itself). */
   setUnderLoadFor(ms: number): void {
     this.underLoadUntil = this.clock.now() + ms;
@@ -413,6 +461,7 @@ export class WireGuardCore implements PeerHost {
     const now = this.clock.now();
     for (const peer of this.peersByKey.values()) peer.timers.poll(now);
     this.rateLimiter.collectGarbage(now);
+    this.cookieReplyLimiter.collectGarbage(now);
   }
 
   /** The earliest time (monotonic ms) at which `tick` has work to do. */

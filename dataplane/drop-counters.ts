@@ -3,10 +3,12 @@
  * nothing disappears silently; the counters are exported as metrics by later layers.
  */
 export const DROP_REASONS = [
+  // Before the data plane saw them: the kernel dropped them from a full socket receive queue
+  'receive-queue-overflow',
   // Datagram shape (noise/messages.ts)
   'too-short', 'unknown-type', 'bad-length',
   // Handshake messages
-  'bad-mac1', 'cookie-required', 'rate-limited', 'handshake-failed', 'handshake-replay',
+  'bad-mac1', 'cookie-required', 'cookie-reply-shed', 'rate-limited', 'handshake-failed', 'handshake-replay',
   'handshake-flood', 'unknown-peer', 'bad-cookie-reply',
   // Transport messages
   'unknown-index', 'expired-keypair', 'counter-limit', 'decryption-failed', 'replay',

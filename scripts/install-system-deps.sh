@@ -4,6 +4,7 @@
 set -euo pipefail
 
 # command-or-path(glob)  package
+# (gcc and libc6-dev: the handshake flood test compiles its flooder, test/system/flooder.c)
 needs=(
   "wireguard-go   wireguard-go"
   "wg             wireguard-tools"
@@ -15,6 +16,8 @@ needs=(
   "/usr/lib/cni/ptp containernetworking-plugins"
   "conntrack      conntrack"
   "/usr/lib/*/libsodium.so.23 libsodium23"
+  "gcc            gcc"
+  "/usr/include/*/sys/socket.h libc6-dev"
 )
 
 missing=()

@@ -31,6 +31,18 @@ export interface Bind {
   sendBatch?(to: Endpoint, data: Uint8Array, stride: number, lengths: ArrayLike<number>, count: number): void;
   /** The handler gets each datagram (valid only during the call) with its source. */
   onReceive(handler: (datagram: Uint8Array, source: Endpoint) => void): void;
+  /**
+   * Optional: the handler learns of datagrams the kernel dropped before the bind could receive
+   * them (a full socket receive queue), `dropped` more each call (FfiUdpBind: SO_RXQ_OVFL).
+   */
+  onKernelDrops?(handler: (dropped: number) => void): void;
+  /**
+   * Optional: before each delivery of received datagrams, the handler learns how many were
+   * waiting and how many the bind holds (FfiUdpBind: its receive ring; when it is full, the
+   * kernel queues the rest, and drops once its queue is full too).
+   */
+  onBacklog?(handler: (pending: number, capacity: number) => void): void;
+
   /** Sets the firewall mark (SO_MARK) on outgoing datagrams; 0 clears it. Rejects when the kernel refuses. */
   setMark(mark: number): Promise<void>;
   /** Resolves once receiving really runs (a reader thread may still be starting after open). */

@@ -10,7 +10,11 @@
  * which pass net.core.rmem_max/wmem_max with CAP_NET_ADMIN, else the plain options, which the
  * kernel caps). A host without IPv6 gets the v4 socket only.
  *
- * Sending (main thread). `send` is one sendto(2). `sendBatch` (see Bind) hands a whole packet
+ * Sending (main thread). `send` is one sendto(2), except while received datagrams are being
+ * handed to the handler: then datagrams of up to 256 bytes (the answers to them: cookie replies,
+ * handshake responses) are copied into a DeferredArea and leave together in one sendmmsg(2), each
+ * with its own destination, when the delivery ends (or earlier, in order, when a larger datagram or
+ * a batch is sent, or the other family). `sendBatch` (see Bind) hands a whole packet
  * batch to one sendmmsg(2): the mmsghdr and iovec arrays live in this bind's own long-lived
  * shared memory, the iovecs point straight into the caller's SharedArrayBuffer (no copy), and the
  * destination's sockaddr bytes are built once per Endpoint (a WeakMap) and copied into place (one
@@ -41,7 +45,9 @@
  * close() stops the reader through an eventfd and the STATE handshake, delivers what the reader had
  * already received, and closes the sockets only after the reader has stopped using them (a closed
  * fd number could be reused at once). At most PUMP_DATAGRAMS datagrams are delivered per turn of
- * the event loop.
+ * the event loop. Datagrams the kernel dropped from a full receive queue are counted too
+ * (SO_RXQ_OVFL, reported with the next datagram received): `stats.kernelDrops`, and as they are
+ * learnt, `onKernelDrops`.
  *
  * Raw pointers. The iovecs and msghdrs hold raw addresses (libc.address: koffi.address() on
  * Node, ptr() from bun:ffi on Bun), taken of SharedArrayBuffer memory only, because its backing
@@ -65,13 +71,13 @@ import {
   AF_INET, AF_INET6, CMSGHDR_SIZE, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, EAGAIN, EFD_CLOEXEC, EFD_NONBLOCK, EINTR, EINVAL, EIO,
   EMSGSIZE, ENOPROTOOPT, EOPNOTSUPP, IOVEC_SIZE, IPPROTO_IPV6, IPV6_V6ONLY, MMSGHDR_SIZE, MSG_DONTWAIT, SOCKADDR_IN6_SIZE,
   SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET, SOL_UDP, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF,
-  SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
+  SO_RXQ_OVFL, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
 import { startWorker, waitAsync } from '../sys/threads.ts';
 import type { Bind, BindStats } from './bind.ts';
 import type { UdpReaderConfig } from './udp-reader-worker.ts';
 import {
-  LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
+  KERNEL_DROPS, LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
   STATE_STOP_REQUESTED, TRUNCATED, UDP_RING_SLOTS, UDP_SLOT_SIZE, WRITE_SEQ, udpRingOffsets, udpRingViews, type UdpRingViews,
 } from './udp-ring.ts';
 
@@ -127,6 +133,7 @@ export class FfiBindStats implements BindStats {
   /** Wake-ups of the main thread that delivered datagrams (received / batches = the average batch). */
   batches = 0;
   #retiredReceiveErrors = 0;
+  #retiredKernelDrops = 0;
   #header: Int32Array | undefined;
   readonly #queues: SendQueue[];
 
@@ -138,6 +145,15 @@ export class FfiBindStats implements BindStats {
   get receiveErrors(): number {
     const h = this.#header;
     return this.#retiredReceiveErrors + (h ? Atomics.load(h, READ_ERRORS) + Atomics.load(h, TRUNCATED) : 0);
+  }
+
+  /**
+   * Datagrams the kernel dropped because a socket's receive queue was full (SO_RXQ_OVFL), as far
+   * as a later datagram has reported it: the reader never saw them.
+   */
+  get kernelDrops(): number {
+    const h = this.#header;
+    return this.#retiredKernelDrops + (h ? (h[KERNEL_DROPS] >>> 0) + (h[KERNEL_DROPS + 1] >>> 0) : 0);
   }
 
   /** Datagrams waiting for room in a socket's send buffer. */
@@ -155,6 +171,7 @@ export class FfiBindStats implements BindStats {
   /** Keeps the counts of a closed session's ring. */
   detach(): void {
     this.#retiredReceiveErrors = this.receiveErrors;
+    this.#retiredKernelDrops = this.kernelDrops;
     this.#header = undefined;
   }
 }
@@ -246,6 +263,68 @@ class TxArea {
   }
 }
 
+/** Small datagrams sent while received ones are being delivered are collected, up to this many... */
+const DEFERRED_CAPACITY = 256;
+/** ...of at most this many bytes each (cookie replies 64, handshake responses 92, keepalives 32). */
+const DEFERRED_MAX_BYTES = 256;
+
+/**
+ * The datagrams `send` is given while the bind delivers received ones (mostly the answers to
+ * them: under a handshake flood, one cookie reply per message), copied here and sent with one
+ * sendmmsg per delivery instead of one sendto each. Message i has its own destination (name i) and
+ * data slot i; all are to one socket (a datagram for the other family flushes first).
+ */
+class DeferredArea {
+  readonly msgs: Uint8Array;
+  readonly msg32: Uint32Array;
+  readonly iov32: Uint32Array;
+  readonly names: Uint8Array;
+  readonly data: Uint8Array;
+  count = 0;
+  /** The family of the datagrams collected (4 or 6). */
+  family = 4;
+
+  constructor(libc: Libc) {
+    const iovOffset = DEFERRED_CAPACITY * MMSGHDR_SIZE;
+    const nameOffset = iovOffset + DEFERRED_CAPACITY * IOVEC_SIZE;
+    const dataOffset = nameOffset + DEFERRED_CAPACITY * NAME_SIZE;
+    const buffer = new SharedArrayBuffer(dataOffset + DEFERRED_CAPACITY * DEFERRED_MAX_BYTES);
+    this.msgs = new Uint8Array(buffer, 0, iovOffset);
+    this.msg32 = new Uint32Array(buffer, 0, iovOffset / 4);
+    this.iov32 = new Uint32Array(buffer, iovOffset, (DEFERRED_CAPACITY * IOVEC_SIZE) / 4);
+    this.names = new Uint8Array(buffer, nameOffset, DEFERRED_CAPACITY * NAME_SIZE);
+    this.data = new Uint8Array(buffer, dataOffset, DEFERRED_CAPACITY * DEFERRED_MAX_BYTES);
+    const base = libc.address(new Uint8Array(buffer, 0, 1));
+    const view = new DataView(buffer);
+    for (let i = 0; i < DEFERRED_CAPACITY; i++) {
+      const msg = i * MMSGHDR_SIZE;
+      view.setBigUint64(msg, BigInt(base + nameOffset + i * NAME_SIZE), true); // msg_name
+      view.setBigUint64(msg + 16, BigInt(base + iovOffset + i * IOVEC_SIZE), true); // msg_iov
+      view.setBigUint64(msg + 24, 1n, true); // msg_iovlen
+      // msg_control stays NULL, msg_controllen 0, msg_flags 0; msg_namelen is set per datagram.
+      view.setBigUint64(iovOffset + i * IOVEC_SIZE, BigInt(base + dataOffset + i * DEFERRED_MAX_BYTES), true); // iov_base
+    }
+  }
+
+  /** Copies a datagram and its destination into the next message. */
+  add(name: Uint8Array, datagram: Uint8Array): void {
+    const i = this.count++;
+    this.names.set(name, i * NAME_SIZE);
+    this.msg32[i * (MMSGHDR_SIZE / 4) + 2] = name.length; // msg_namelen
+    this.data.set(datagram, i * DEFERRED_MAX_BYTES);
+    this.iov32[i * (IOVEC_SIZE / 4) + 2] = datagram.length; // iov_len
+  }
+
+  /** Message i's destination and bytes (views into this area), for the send queue. */
+  name(i: number): Uint8Array {
+    return this.names.subarray(i * NAME_SIZE, i * NAME_SIZE + this.msg32[i * (MMSGHDR_SIZE / 4) + 2]);
+  }
+
+  datagram(i: number): Uint8Array {
+    return this.data.subarray(i * DEFERRED_MAX_BYTES, i * DEFERRED_MAX_BYTES + this.iov32[i * (IOVEC_SIZE / 4) + 2]);
+  }
+}
+
 /** The struct sockaddr_in / sockaddr_in6 bytes of an endpoint (host byte order family, network order port). */
 function encodeSockaddr(to: Endpoint): Uint8Array {
   const v4 = to.family === 4;
@@ -311,8 +390,15 @@ export class FfiUdpBind implements Bind {
   private readonly ringBytes: number;
   private libc: Libc | undefined;
   private tx: TxArea | undefined;
+  private deferred: DeferredArea | undefined;
+  /** True while received datagrams are being handed to the handler: small sends are collected (DeferredArea). */
+  private delivering = false;
   private session: Session | undefined;
   private handler: (datagram: Uint8Array, source: Endpoint) => void = () => {};
+  private kernelDropsHandler: (dropped: number) => void = () => {};
+  private backlogHandler: (pending: number, capacity: number) => void = () => {};
+  /** stats.kernelDrops as last reported to kernelDropsHandler. */
+  private kernelDropsReported = 0;
   private mark = 0;
   /** open/close run one at a time. */
   private lifecycle: Promise<unknown> = Promise.resolve();
@@ -357,6 +443,14 @@ export class FfiUdpBind implements Bind {
     this.handler = handler;
   }
 
+  onKernelDrops(handler: (dropped: number) => void): void {
+    this.kernelDropsHandler = handler;
+  }
+
+  onBacklog(handler: (pending: number, capacity: number) => void): void {
+    this.backlogHandler = handler;
+  }
+
   open(port: number): Promise<number> {
     if (!Number.isInteger(port) || port < 0 || port > 65535) return Promise.reject(new Error(`listen port must be 0..65535, got ${port}`));
     const run = this.lifecycle.then(() => this.openNow(port));
@@ -383,6 +477,7 @@ export class FfiUdpBind implements Bind {
     await this.closeNow();
     const libc = (this.libc ??= this.options.libc ?? await loadLibc());
     this.tx ??= new TxArea(libc);
+    this.deferred ??= new DeferredArea(libc);
     const { fd4, fd6, chosen } = this.bindSockets(libc, port);
     let wakeFd = -1;
     try {
@@ -462,6 +557,10 @@ export class FfiUdpBind implements Bind {
     // The FORCE variants need CAP_NET_ADMIN; without it the plain options apply, capped by the sysctls.
     if (libc.setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, size, 4) !== 0) libc.setsockopt(fd, SOL_SOCKET, SO_RCVBUF, size, 4);
     if (libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, size, 4) !== 0) libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUF, size, 4);
+    // Datagrams then carry the socket's count of kernel drops (a full receive queue): see kernelDrops.
+    const on = new Uint8Array(4);
+    new Int32Array(on.buffer)[0] = 1;
+    libc.setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, on, 4);
     if (this.gro) {
       // Coalesced receives: a kernel without UDP_GRO simply delivers one datagram per message.
       const one = new Uint8Array(4);
@@ -652,7 +751,13 @@ export class FfiUdpBind implements Bind {
     const handler = this.handler;
     const stats = this.stats;
     stats.batches++;
+    try {
+      this.backlogHandler(count, session.slots);
+    } catch (err) {
+      failure ??= err;
+    }
     let delivered = 0;
+    this.delivering = true;
     for (let i = 0; i < count && !session.closed; i++) {
       if (delivered >= limit) {
         more = true;
@@ -680,9 +785,21 @@ export class FfiUdpBind implements Bind {
         delivered++;
       } while (offset < length && !session.closed);
     }
+    this.delivering = false;
+    this.flushDeferred();
     session.readSeq = seq;
     Atomics.store(header, READ_SEQ, seq);
     Atomics.notify(header, READ_SEQ);
+    const kernelDrops = stats.kernelDrops;
+    if (kernelDrops > this.kernelDropsReported) {
+      const dropped = kernelDrops - this.kernelDropsReported;
+      this.kernelDropsReported = kernelDrops;
+      try {
+        this.kernelDropsHandler(dropped);
+      } catch (err) {
+        failure ??= err;
+      }
+    }
     if (failure !== undefined) queueMicrotask(() => { throw failure; });
     return more;
   }
@@ -743,7 +860,17 @@ export class FfiUdpBind implements Bind {
     }
     const name = this.sockaddrOf(to);
     const queue = to.family === 4 ? this.queue4 : this.queue6;
+    const deferred = this.deferred!;
+    if (deferred.count > 0 && (!this.delivering || deferred.family !== to.family || datagram.length > DEFERRED_MAX_BYTES)) {
+      this.flushDeferred(); // keeps the order of what was collected and this datagram
+    }
     if (!queue.empty) return this.enqueue(queue, name, datagram);
+    if (this.delivering && datagram.length <= DEFERRED_MAX_BYTES) {
+      deferred.family = to.family;
+      deferred.add(name, datagram);
+      if (deferred.count === DEFERRED_CAPACITY) this.flushDeferred();
+      return;
+    }
     const libc = this.libc!;
     for (;;) {
       if (libc.sendto(fd, datagram, datagram.length, MSG_DONTWAIT, name, name.length) >= 0) {
@@ -770,6 +897,7 @@ export class FfiUdpBind implements Bind {
    * kernel takes each run through its stack once, and a receiver with UDP_GRO gets it in one piece.
    */
   private sendRange(to: Endpoint, data: Uint8Array, stride: number, lengths: ArrayLike<number>, from: number, count: number): void {
+    if (this.deferred !== undefined && this.deferred.count > 0) this.flushDeferred(); // in order
     const s = this.session;
     const fd = s === undefined ? -1 : to.family === 4 ? s.fd4 : s.fd6;
     if (fd < 0) {
@@ -875,6 +1003,42 @@ export class FfiUdpBind implements Bind {
         stats.sendErrors += datagrams[done];
         done++;
       }
+    }
+  }
+
+  /**
+   * Sends the collected datagrams with sendmmsg. As with sendBatch: what the kernel has no room
+   * for (EAGAIN) is queued in order, a datagram it refuses is counted and skipped.
+   */
+  private flushDeferred(): void {
+    const deferred = this.deferred;
+    if (deferred === undefined || deferred.count === 0) return;
+    const m = deferred.count;
+    deferred.count = 0;
+    const s = this.session;
+    const fd = s === undefined ? -1 : deferred.family === 4 ? s.fd4 : s.fd6;
+    if (fd < 0) {
+      this.stats.sendErrors += m;
+      return;
+    }
+    const libc = this.libc!;
+    const queue = deferred.family === 4 ? this.queue4 : this.queue6;
+    let done = 0;
+    while (done < m) {
+      const sent = libc.sendmmsg(fd, done === 0 ? deferred.msgs : deferred.msgs.subarray(done * MMSGHDR_SIZE), m - done, MSG_DONTWAIT);
+      if (sent > 0) {
+        this.stats.sent += sent;
+        done += sent;
+        continue;
+      }
+      const errno = libc.errno();
+      if (errno === EINTR) continue;
+      if (errno === EAGAIN) {
+        for (let k = done; k < m; k++) this.enqueue(queue, deferred.name(k).slice(), deferred.datagram(k));
+        return;
+      }
+      this.stats.sendErrors++;
+      done++;
     }
   }
 

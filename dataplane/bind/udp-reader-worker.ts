@@ -6,6 +6,11 @@
  * said it is waiting (MAIN_WAITING), so under load one wake-up carries many datagrams and the
  * receive system calls run beside the main thread's packet processing.
  *
+ * The sockets have SO_RXQ_OVFL set: a datagram comes with the socket's count of datagrams the
+ * kernel dropped so far because its receive queue was full (when that count is not zero). The
+ * reader publishes the latest count per socket (KERNEL_DROPS), so the main thread can count those
+ * drops too, though it never saw the datagrams.
+ *
  * Stopping follows the TUN reader (tun/reader-worker.ts): poll also watches an eventfd the main
  * thread writes to; the main thread sets STATE to STOP_REQUESTED, and the worker answers STOPPED
  * and touches the sockets no more, after which the main thread closes them.
@@ -15,10 +20,10 @@
  */
 import { workerData } from 'node:worker_threads';
 import {
-  CMSGHDR_SIZE, EAGAIN, EBADF, EINTR, MSG_DONTWAIT, MSG_TRUNC, MMSGHDR_SIZE, IOVEC_SIZE, POLLIN, POLLNVAL, SOCKADDR_IN6_SIZE, SOL_UDP,
-  UDP_GRO, loadLibc, type Libc } from '../sys/libc.ts';
+  CMSGHDR_SIZE, EAGAIN, EBADF, EINTR, MSG_DONTWAIT, MSG_TRUNC, MMSGHDR_SIZE, IOVEC_SIZE, POLLIN, POLLNVAL, SOCKADDR_IN6_SIZE, SOL_SOCKET,
+  SOL_UDP, SO_RXQ_OVFL, UDP_GRO, loadLibc, type Libc } from '../sys/libc.ts';
 import {
-  CONTROL_SIZE, LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING,
+  CONTROL_SIZE, KERNEL_DROPS, LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING,
   STATE_STOP_REQUESTED, TRUNCATED, WRITE_SEQ, udpRingViews } from './udp-ring.ts';
 import { finishReader } from '../tun/ring.ts';
 
@@ -93,8 +98,9 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
 
   const finish = (errno: number) => finishReader(header, errno, READER_FAILED);
 
-  /** Receives from `fd` until it has nothing more or the ring is full; returns a fatal errno or 0. */
-  const drain = (fd: number): number => {
+  /** Receives from socket `which` (index into fds) until it has nothing more or the ring is full; returns a fatal errno or 0. */
+  const drain = (which: number): number => {
+    const fd = fds[which];
     let consumed = Atomics.load(header, READ_SEQ);
     for (;;) {
       let free = slots - ((write - consumed) | 0);
@@ -116,9 +122,21 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
           } else {
             lengths[slot] = msg32[words + 14];
           }
-          // A coalesced datagram (UDP GRO) comes with its segment size as a control message.
+          // Control messages: a coalesced datagram (UDP GRO) comes with its segment size, and
+          // after the first kernel drop every datagram with the socket's drop count (SO_RXQ_OVFL).
           const c = slot * CONTROL_WORDS;
-          segments[slot] = msg32[words + 10] >= CMSGHDR_SIZE + 4 && control32[c + 2] === SOL_UDP && control32[c + 3] === UDP_GRO ? control32[c + 4] : 0;
+          const controlLength = Math.min(msg32[words + 10], CONTROL_SIZE);
+          let segment = 0;
+          for (let at = 0; at + CMSGHDR_SIZE + 4 <= controlLength;) {
+            const w = c + (at >>> 2);
+            const length = control32[w]; // cmsg_len (a size_t; the high word is 0)
+            if (length < CMSGHDR_SIZE) break;
+            const level = control32[w + 2], type = control32[w + 3];
+            if (level === SOL_UDP && type === UDP_GRO) segment = control32[w + 4];
+            else if (level === SOL_SOCKET && type === SO_RXQ_OVFL) Atomics.store(header, KERNEL_DROPS + which, control32[w + 4]);
+            at += (length + 7) & ~7; // CMSG_ALIGN
+          }
+          segments[slot] = segment;
           msg32[words + 2] = SOCKADDR_IN6_SIZE; // the kernel wrote the actual name length back
           msg32[words + 10] = CONTROL_SIZE; // and the control length
         }
@@ -162,7 +180,7 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
       const revents = poll16[4 * i + 3];
       if (revents === 0) continue;
       if ((revents & POLLNVAL) !== 0) return finish(EBADF); // the socket was closed under us
-      drain(fds[i]);
+      drain(i);
     }
   }
 }

@@ -7,11 +7,12 @@
  * and adds what recvmmsg needs, all inside the shared memory so that the kernel writes straight
  * into it:
  *
- *   header   HEADER_INTS int32 (tun/ring.ts indices, plus TRUNCATED below)
+ *   header   UDP_HEADER_INTS int32 (tun/ring.ts indices, plus TRUNCATED and KERNEL_DROPS below)
  *   lengths  int32 per slot: the datagram length, or -1 when it did not fit its slot
  *   names    32 bytes per slot: the source address (struct sockaddr_in or sockaddr_in6, 28 bytes)
  *   segments int32 per slot: with UDP GRO, the size of the datagrams a coalesced slot holds (0 = one datagram)
- *   controls 32 bytes per slot: the control message the kernel writes (UDP_GRO's segment size)
+ *   controls 64 bytes per slot: the control messages the kernel writes (UDP_GRO's segment size,
+ *            SO_RXQ_OVFL's drop count)
  *   msgs     one struct mmsghdr per slot (64 bytes), built once by the worker
  *   iovecs   one struct iovec per slot (16 bytes): the slot's data
  *   data     `slotSize` bytes per slot, page-aligned
@@ -32,10 +33,19 @@ export { DEVICE_GONE as READER_FAILED } from '../tun/ring.ts';
 /** Datagrams larger than a slot (dropped; counted as receive errors). */
 export const TRUNCATED = 7;
 
+/**
+ * Per socket (in the order of the reader's fds: IPv4, then IPv6), the kernel's count of datagrams
+ * it dropped before the reader could take them (SO_RXQ_OVFL: a full receive queue), as the last
+ * datagram received reported it: an unsigned 32-bit count, cumulative since the socket was made.
+ */
+export const KERNEL_DROPS = HEADER_INTS;
+/** The UDP ring's header: the TUN ring's words, then KERNEL_DROPS for two sockets. */
+export const UDP_HEADER_INTS = HEADER_INTS + 2;
+
 /** Bytes reserved per source address (sizeof(struct sockaddr_in6) = 28, rounded up). */
 export const NAME_SIZE = 32;
-/** Bytes of control buffer per slot: CMSG_SPACE(sizeof(int)) = 24 for UDP_GRO, rounded up. */
-export const CONTROL_SIZE = 32;
+/** Bytes of control buffer per slot: two CMSG_SPACE(sizeof(int)) = 24 (UDP_GRO and SO_RXQ_OVFL), rounded up. */
+export const CONTROL_SIZE = 64;
 /**
  * 256 slots of 64 KiB: any UDP datagram, or a UDP GRO run of them, fits whole; only the touched
  * pages of a slot cost memory (with GRO a slot is often full: 16 MiB at most).
@@ -65,7 +75,7 @@ export function udpRingOffsets(layout: UdpRingLayout): UdpRingOffsets {
   const { slots, slotSize } = layout;
   if (slots <= 0 || (slots & (slots - 1)) !== 0) throw new RangeError(`slots must be a power of two, got ${slots}`);
   if (!Number.isInteger(slotSize) || slotSize < 64 || slotSize % 8 !== 0) throw new RangeError(`bad slot size ${slotSize}`);
-  const lengths = HEADER_INTS * 4;
+  const lengths = UDP_HEADER_INTS * 4;
   const names = align(lengths + slots * 4, 64);
   const segments = align(names + slots * NAME_SIZE, 64);
   const controls = align(segments + slots * 4, 64);
@@ -91,7 +101,7 @@ export function udpRingViews(buffer: SharedArrayBuffer, layout: UdpRingLayout): 
   const offsets = udpRingOffsets(layout);
   if (buffer.byteLength < offsets.total) throw new RangeError('ring buffer too small for its layout');
   return {
-    header: new Int32Array(buffer, 0, HEADER_INTS),
+    header: new Int32Array(buffer, 0, UDP_HEADER_INTS),
     lengths: new Int32Array(buffer, offsets.lengths, layout.slots),
     segments: new Int32Array(buffer, offsets.segments, layout.slots),
     names: new Uint8Array(buffer, offsets.names, layout.slots * NAME_SIZE),

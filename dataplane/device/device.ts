@@ -124,6 +124,9 @@ export class Device {
     } else {
       this.bind.onReceive((datagram, source) => this.core.receiveDatagram(datagram, source));
     }
+    // What the kernel dropped from a full receive queue is counted, and means overload.
+    this.bind.onKernelDrops?.((dropped) => this.core.reportReceiveOverflow(dropped));
+    this.bind.onBacklog?.((pending, capacity) => this.core.reportReceiveBacklog(pending, capacity));
   }
 
   /** Opens the UDP port (0 = any), starts reading the TUN and running timers. */

@@ -13,7 +13,7 @@
  * CookieGenerator is the initiator side (one per peer, keyed by the peer's public key).
  */
 import type { Crypto } from '../crypto/primitives.ts';
-import { constantTimeEqual } from './keys.ts';
+import { KeyedMac } from './keyed-mac.ts';
 import { COOKIE_REPLY, COOKIE_REPLY_SIZE, MESSAGE_COOKIE_REPLY, readU32, writeU32 } from './messages.ts';
 
 const encoder = new TextEncoder();
@@ -35,14 +35,45 @@ function sourceBytes(address: Uint8Array, port: number): Uint8Array {
   return out;
 }
 
+function isZeroMac(bytes: Uint8Array, offset: number): boolean {
+  let acc = 0;
+  for (let i = 0; i < MAC_SIZE; i++) acc |= bytes[offset + i];
+  return acc === 0;
+}
+
+/** Cookie nonces are drawn from the CSPRNG this many at a time (one provider call per 256 replies). */
+const NONCES_PER_REFILL = 256;
+const NONCE_SIZE = 24;
+
+/** A source's cookie under the current secret (the MAC of its address and port), and the MAC keyed with it (mac2). */
+interface CachedCookie {
+  port: number;
+  generation: number;
+  cookie: Uint8Array;
+  mac2: KeyedMac;
+}
+
 export class CookieChecker {
-  private mac1Key: Uint8Array;
+  /** mac1's MAC, keyed with HASH("mac1----" ‖ our public key) (keyed-mac.ts: checked for every handshake message). */
+  private readonly mac1: KeyedMac;
   private cookieEncryptionKey: Uint8Array;
   private secret: Uint8Array;
+  /** The MAC keyed with the current secret (makes cookies). */
+  private secretMac: KeyedMac | undefined;
   private secretSetAt = -Infinity;
+  /** Bumped when the secret changes: cached cookies of an older generation are stale. */
+  private generation = 0;
+  /**
+   * Cookies by the source's address bytes (an Endpoint's `addressBytes`, which the binds reuse
+   * per source): under a flood each source's cookie is computed once per secret, not per message.
+   * Weak, so it holds nothing the binds have let go of.
+   */
+  private readonly cookies = new WeakMap<Uint8Array, CachedCookie>();
+  private nonces: Uint8Array = new Uint8Array(0);
+  private nonceAt = 0;
 
   constructor(private readonly crypto: Crypto, ourPublicKey: Uint8Array, private readonly refreshTime: number) {
-    this.mac1Key = crypto.hash(LABEL_MAC1, ourPublicKey);
+    this.mac1 = new KeyedMac(crypto.hash(LABEL_MAC1, ourPublicKey));
     this.cookieEncryptionKey = crypto.hash(LABEL_COOKIE, ourPublicKey);
     this.secret = new Uint8Array(32);
   }
@@ -50,35 +81,65 @@ export class CookieChecker {
   /** True when the message's mac1 is right for our public key. Constant time. */
   checkMac1(message: Uint8Array): boolean {
     const offset = mac1Offset(message);
-    const expected = this.crypto.mac(this.mac1Key, message.subarray(0, offset));
-    return constantTimeEqual(expected, message.subarray(offset, offset + MAC_SIZE));
+    return this.mac1.verify(message.subarray(0, offset), message, offset);
   }
 
   /** True when the message's mac2 proves a fresh cookie for this source address and port. */
   checkMac2(message: Uint8Array, address: Uint8Array, port: number, nowMs: number): boolean {
     if (nowMs - this.secretSetAt > this.refreshTime) return false;
-    const cookie = this.crypto.mac(this.secret, sourceBytes(address, port));
     const offset = mac2Offset(message);
-    const expected = this.crypto.mac(cookie, message.subarray(0, offset));
-    return constantTimeEqual(expected, message.subarray(offset, offset + MAC_SIZE));
+    // An all-zero mac2 is what a sender without a cookie writes (and a 2^-128 chance otherwise):
+    // refusing it without a MAC is the flood's common case, and reveals nothing secret.
+    if (isZeroMac(message, offset)) return false;
+    return this.cached(address, port).mac2.verify(message.subarray(0, offset), message, offset);
   }
 
   /** A cookie reply to `message` (an initiation or response whose mac1 was valid). */
   createReply(message: Uint8Array, address: Uint8Array, port: number, nowMs: number): Uint8Array {
     if (nowMs - this.secretSetAt > this.refreshTime) {
+      this.secret.fill(0);
+      this.secretMac?.destroy();
       this.secret = this.crypto.randomBytes(32);
+      this.secretMac = new KeyedMac(this.secret);
       this.secretSetAt = nowMs;
+      this.generation++;
     }
-    const cookie = this.crypto.mac(this.secret, sourceBytes(address, port));
+    const { cookie } = this.cached(address, port);
     const reply = new Uint8Array(COOKIE_REPLY_SIZE);
     reply[0] = MESSAGE_COOKIE_REPLY;
     writeU32(reply, COOKIE_REPLY.receiver, readU32(message, 4)); // the triggering message's sender index
-    const nonce = this.crypto.randomBytes(24);
+    const nonce = this.nextNonce();
     reply.set(nonce, COOKIE_REPLY.nonce);
     const offset = mac1Offset(message);
     const sealed = this.crypto.xseal(this.cookieEncryptionKey, nonce, cookie, message.subarray(offset, offset + MAC_SIZE));
     reply.set(sealed, COOKIE_REPLY.encryptedCookie);
     return reply;
+  }
+
+  /**
+   * The cookie for a source under the current secret and its mac2 MAC, from the cache when they
+   * were made already. Only called with a current secret (createReply makes one; checkMac2 returns
+   * before when there is none).
+   */
+  private cached(address: Uint8Array, port: number): CachedCookie {
+    const cached = this.cookies.get(address);
+    if (cached !== undefined && cached.port === port && cached.generation === this.generation) return cached;
+    const cookie = this.secretMac!.mac(sourceBytes(address, port));
+    const entry: CachedCookie = { port, generation: this.generation, cookie, mac2: new KeyedMac(cookie) };
+    cached?.mac2.destroy();
+    this.cookies.set(address, entry);
+    return entry;
+  }
+
+  /** A fresh random 24-byte nonce (a view; valid until the next call refills). */
+  private nextNonce(): Uint8Array {
+    if (this.nonceAt + NONCE_SIZE > this.nonces.length) {
+      this.nonces = this.crypto.randomBytes(NONCE_SIZE * NONCES_PER_REFILL);
+      this.nonceAt = 0;
+    }
+    const nonce = this.nonces.subarray(this.nonceAt, this.nonceAt + NONCE_SIZE);
+    this.nonceAt += NONCE_SIZE;
+    return nonce;
   }
 }
 

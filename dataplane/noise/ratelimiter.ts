@@ -1,9 +1,11 @@
 /**
- * Per-source token bucket for handshake messages, consulted only while the device is under load.
+ * Per-source token bucket for handshake messages, consulted only while the device is under load
+ * (and, with other rates, for the cookie replies of an overloaded device: core.ts).
  *
  * Each source may send PACKETS_PER_SECOND handshake messages per second with bursts of up to
- * PACKET_BURST. A bucket holds "time credit" in milliseconds: it refills at 1 ms per ms elapsed, is
- * capped at PACKET_BURST × PACKET_COST_MS, and each allowed packet spends PACKET_COST_MS.
+ * PACKET_BURST (or the rates given). A bucket holds "time credit" in milliseconds: it refills at
+ * 1 ms per ms elapsed, is capped at burst × the cost of a packet (1000 / rate ms), and each
+ * allowed packet spends that cost.
  *
  * Sources are keyed by address: the full IPv4 address, and for IPv6 the /64 it lies in, because one
  * host usually controls a whole /64 and could otherwise get a fresh bucket per address (the Linux
@@ -18,9 +20,6 @@ import { randomBytes } from 'node:crypto';
 
 export const PACKETS_PER_SECOND = 20;
 export const PACKET_BURST = 5;
-/** Credit one packet costs: 1/20 s. */
-const PACKET_COST_MS = 1000 / PACKETS_PER_SECOND;
-const MAX_CREDIT_MS = PACKET_COST_MS * PACKET_BURST;
 /** Entries unused for longer than this are dropped by collectGarbage (a full bucket holds ≤ 250 ms). */
 export const IDLE_EXPIRY_MS = 1000;
 /**
@@ -39,6 +38,16 @@ const INITIAL_SLOTS = 64;
 export interface RateLimiterOptions {
   /** Hard cap on tracked sources (default MAX_ENTRIES). */
   maxEntries?: number;
+  /** Packets per second each source may send (default PACKETS_PER_SECOND). */
+  packetsPerSecond?: number;
+  /** Burst each source may send at once (default PACKET_BURST). */
+  burst?: number;
+  /**
+   * What `allow` answers for a new source while the table is full: false (default: refuse, the
+   * handshake limiter's choice, see MAX_ENTRIES) or true (admit without tracking it, for a limiter
+   * that only sheds optional work and must never lock a new source out).
+   */
+  admitWhenFull?: boolean;
   /** Fixed hash seed, for reproducible tests; random by default. */
   hashSeed?: number;
 }
@@ -97,6 +106,10 @@ export class RateLimiter {
   private entries = 0;
   private readonly maxEntries: number;
   private readonly seed: number;
+  /** Credit one packet costs, and the most a bucket holds (the burst). */
+  private readonly packetCostMs: number;
+  private readonly maxCreditMs: number;
+  private readonly admitWhenFull: boolean;
 
   constructor(options: RateLimiterOptions = {}) {
     const maxEntries = options.maxEntries ?? MAX_ENTRIES;
@@ -104,6 +117,13 @@ export class RateLimiter {
       throw new RangeError(`RateLimiter: maxEntries must be an integer 1..${1 << 24}, got ${maxEntries}`);
     }
     this.maxEntries = maxEntries;
+    const perSecond = options.packetsPerSecond ?? PACKETS_PER_SECOND;
+    const burst = options.burst ?? PACKET_BURST;
+    if (!(perSecond > 0) || !Number.isFinite(perSecond)) throw new RangeError(`RateLimiter: packetsPerSecond must be positive, got ${perSecond}`);
+    if (!Number.isInteger(burst) || burst < 1) throw new RangeError(`RateLimiter: burst must be a positive integer, got ${burst}`);
+    this.packetCostMs = 1000 / perSecond;
+    this.maxCreditMs = this.packetCostMs * burst;
+    this.admitWhenFull = options.admitWhenFull ?? false;
     this.seed = options.hashSeed !== undefined ? options.hashSeed | 0 : randomBytes(4).readInt32LE(0);
   }
 
@@ -142,17 +162,17 @@ export class RateLimiter {
       // A known source: refill for the time since its last packet, then try to spend.
       const elapsed = nowMs - table.lastMs[slot];
       let credit = table.creditMs[slot] + (elapsed > 0 ? elapsed : 0);
-      if (credit > MAX_CREDIT_MS) credit = MAX_CREDIT_MS;
+      if (credit > this.maxCreditMs) credit = this.maxCreditMs;
       table.lastMs[slot] = nowMs;
-      if (credit < PACKET_COST_MS) {
+      if (credit < this.packetCostMs) {
         table.creditMs[slot] = credit;
         return false;
       }
-      table.creditMs[slot] = credit - PACKET_COST_MS;
+      table.creditMs[slot] = credit - this.packetCostMs;
       return true;
     }
 
-    if (this.entries >= this.maxEntries) return false;
+    if (this.entries >= this.maxEntries) return this.admitWhenFull;
     if ((this.entries + 1) * 2 > table.slots) {
       this.table = table = this.rehash(slotsFor(this.entries + 1), undefined);
       slot = this.findSlot(table, family, high, low);
@@ -161,7 +181,7 @@ export class RateLimiter {
     table.family[slot] = family;
     table.keyHigh[slot] = high;
     table.keyLow[slot] = low;
-    table.creditMs[slot] = MAX_CREDIT_MS - PACKET_COST_MS;
+    table.creditMs[slot] = this.maxCreditMs - this.packetCostMs;
     table.lastMs[slot] = nowMs;
     this.entries++;
     return true;

@@ -38,6 +38,8 @@ export const SO_RCVBUF = 8;
 export const SO_SNDBUFFORCE = 32;
 export const SO_RCVBUFFORCE = 33;
 export const SO_MARK = 36;
+/** Each received datagram carries the socket's count of datagrams dropped so far (a full receive queue). */
+export const SO_RXQ_OVFL = 40;
 export const IPPROTO_IPV6 = 41;
 export const IPV6_V6ONLY = 26;
 export const SOL_UDP = 17;

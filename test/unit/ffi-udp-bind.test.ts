@@ -19,7 +19,9 @@ import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { WorkerCryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
-import { EAGAIN, EINVAL, SOL_SOCKET, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, loadLibc, type Libc } from '../../dataplane/sys/libc.ts';
+import {
+  AF_INET, EAGAIN, EINVAL, SOCKADDR_IN_SIZE, SOCK_DGRAM, SOL_SOCKET, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, loadLibc, type Libc,
+} from '../../dataplane/sys/libc.ts';
 
 const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
 const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
@@ -339,6 +341,50 @@ describe('FfiUdpBind', () => {
     assert.equal(a.bind.stats.queued, 0);
   });
 
+  test('answers sent while received datagrams are delivered leave together (sendmmsg, one destination each), in order, also past EAGAIN', async () => {
+    const real = await loadLibc();
+    let sendtos = 0, sendmmsgs = 0, calls = 0, fakeErrno = 0;
+    // Every fifth sendmmsg fails with EAGAIN, and each sends at most 50 messages.
+    const counting: Libc = {
+      ...real,
+      sendto: (...args) => { sendtos++; fakeErrno = 0; return real.sendto(...args); },
+      sendmmsg: (fd, vec, vlen, flags) => {
+        sendmmsgs++;
+        if (++calls % 5 === 0) { fakeErrno = EAGAIN; return -1; }
+        fakeErrno = 0;
+        return real.sendmmsg(fd, vec, Math.min(vlen, 50), flags);
+      },
+      errno: () => fakeErrno || real.errno(),
+    };
+    // The responder answers every datagram with a copy prefixed by 0xaa; one with 0xbb gets a
+    // large answer (not collected: it flushes what was collected first).
+    const responder = new FfiUdpBind({ libc: counting });
+    opened.push(responder);
+    responder.onReceive((data, source) => {
+      const answer = new Uint8Array(data[0] === 0xbb ? 1200 : data.length + 1);
+      answer[0] = 0xaa;
+      answer.set(data, 1);
+      responder.send(source, answer);
+    });
+    await responder.open(0);
+    await responder.ready();
+    const clients = await Promise.all([dgramSocket('udp4'), dgramSocket('udp4'), dgramSocket('udp6')]);
+    const count = 600;
+    for (let i = 0; i < count; i++) {
+      const client = clients[i % 3];
+      const message = Buffer.from([i === 300 ? 0xbb : 1, i >> 8, i & 0xff]);
+      client.socket.send(message, responder.port, client.socket.address().family === 'IPv6' ? '::1' : '127.0.0.1');
+    }
+    await until(() => clients.reduce((n, c) => n + c.got.length, 0) === count, `every answer (${clients.map((c) => c.got.length)})`, 10_000);
+    for (const [k, client] of clients.entries()) {
+      const seqs = client.got.map((d) => { assert.equal(d.data[0], 0xaa); return (d.data[2] << 8) | d.data[3]; });
+      assert.deepEqual(seqs, Array.from({ length: count / 3 }, (_, j) => j * 3 + k), `client ${k}: every answer, in order`);
+    }
+    assert.equal(responder.stats.sent, count);
+    assert.equal(responder.stats.sendErrors, 0);
+    assert.ok(sendmmsgs > 0 && sendtos + sendmmsgs < count / 2, `answers were collected: ${sendmmsgs} sendmmsg and ${sendtos} sendto calls for ${count}`);
+  });
+
   test('a taken port fails with EADDRINUSE', async () => {
     const holder = await dgramSocket('udp4');
     const port = holder.socket.address().port; // bound to 127.0.0.1: conflicts with the wildcard bind
@@ -357,6 +403,35 @@ describe('FfiUdpBind', () => {
     await assert.rejects(udp.open(first.port), (err: NodeJS.ErrnoException) => err.code === 'EADDRINUSE');
     // The failed bind still works afterwards.
     assert.ok((await bind.open(0)) > 0);
+  });
+
+  test('datagrams the kernel dropped from a full receive queue are counted (SO_RXQ_OVFL) and reported to onKernelDrops', async () => {
+    // A ring of two slots and the smallest socket buffer: while this thread sends without
+    // yielding, nothing is consumed, so the reader stops, the kernel's queue fills, and it drops.
+    const { bind, got } = await ffiBind({ slots: 2, socketBufferBytes: 4096 });
+    const reported: number[] = [];
+    bind.onKernelDrops((n) => reported.push(n));
+    const libc = await loadLibc();
+    const fd = libc.socket(AF_INET, SOCK_DGRAM, 0);
+    assert.ok(fd >= 0);
+    try {
+      const to = new Uint8Array(SOCKADDR_IN_SIZE);
+      new Uint16Array(to.buffer, 0, 1)[0] = AF_INET;
+      to[2] = bind.port >>> 8; to[3] = bind.port & 0xff;
+      to.set([127, 0, 0, 1], 4);
+      const datagram = new Uint8Array(100);
+      const burst = 2000;
+      for (let i = 0; i < burst; i++) assert.equal(libc.sendto(fd, datagram, datagram.length, 0, to, to.length), datagram.length);
+      // The drop count arrives with the next datagram queued after the drops.
+      await until(() => got.length > 0 && bind.stats.received === got.length, 'the burst\'s survivors');
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(libc.sendto(fd, datagram, datagram.length, 0, to, to.length), datagram.length);
+      await until(() => got.length + bind.stats.kernelDrops === burst + 1, `every datagram received or counted as a kernel drop (${got.length} received, ${bind.stats.kernelDrops} dropped)`);
+      assert.ok(bind.stats.kernelDrops > burst / 2, `most of the burst was dropped: ${bind.stats.kernelDrops}`);
+      assert.equal(reported.reduce((a, b) => a + b, 0), bind.stats.kernelDrops, 'onKernelDrops got each drop once');
+    } finally {
+      libc.close(fd);
+    }
   });
 
   test('socket buffers are 7 MiB', async () => {

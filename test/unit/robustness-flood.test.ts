@@ -10,6 +10,10 @@
  * cost that matters) stay a small fraction of the flood; a genuine peer completes its handshake
  * within one retransmission; load mode ends a second after the flood; the limiter's table is
  * bounded and emptied afterwards.
+ *
+ * Overloaded (the device reports that its receive queue overflowed), the gate sheds cookie replies per source
+ * beyond its share, counts each shed message, and still answers a new source and admits a valid
+ * mac2 (issue 12, item 2).
  */
 import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,7 +21,10 @@ import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import type { Crypto } from '../../dataplane/crypto/primitives.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { CookieGenerator } from '../../dataplane/noise/cookie.ts';
-import { COOKIE_REFRESH_TIME, REKEY_TIMEOUT, REKEY_TIMEOUT_JITTER_MAX, UNDER_LOAD_HANDSHAKES_PER_SECOND } from '../../dataplane/constants.ts';
+import {
+  COOKIE_REFRESH_TIME, OVERLOADED_COOKIE_REPLIES_PER_SECOND, OVERLOADED_COOKIE_REPLY_BURST, REKEY_TIMEOUT, REKEY_TIMEOUT_JITTER_MAX,
+  UNDER_LOAD_AFTER_TIME, UNDER_LOAD_HANDSHAKES_PER_SECOND,
+} from '../../dataplane/constants.ts';
 import { PACKET_BURST, PACKETS_PER_SECOND } from '../../dataplane/noise/ratelimiter.ts';
 import { A_INNER, B_INNER, makeCorePair, type InFlight } from '../helpers/core-pair.ts';
 import { garbageHandshake, mac1KeyFor, randomBytes, type Rng } from '../helpers/fuzz.ts';
@@ -199,6 +206,89 @@ describe('handshake flood at a core', () => {
       + `load mode after ${loadSince - floodStart} ms; public-key work for ${floodDh} (${(100 * floodDh / sent).toFixed(2)} %); `
       + `per bucket ≤ ${Math.max(...perBucket.values())} (limit ${limit.toFixed(0)}); genuine handshake after ${waited} ms; `
       + `drops ${JSON.stringify(victim.drops.snapshot())}`);
+  });
+
+  test('overloaded: cookie replies beyond a source\'s share are shed and counted, a new peer still gets its cookie and then its session', (tc) => {
+    const rng: Rng = prng(0x0f1d);
+    const { crypto, dh } = countingCrypto(baseCrypto);
+    const pair = makeCorePair(crypto);
+    const victim = pair.b.core;
+    const mac1Key = mac1KeyFor(crypto, victim.ourPublicKey!);
+    const clock = pair.clock;
+    // 100 flood sources, 200 initiations per second each, half with an all-zero mac2, half with a random one.
+    const sources = Array.from({ length: 100 }, (_, i) => new Endpoint(`198.18.2.${i + 1}`, 40000 + i));
+    const repliesTo = new Map<string, number>();
+    const pump = () => pair.pump((d: InFlight) => {
+      if (d.from === 'b' && !d.to.equals(pair.a.endpoint)) {
+        assert.equal(d.bytes[0], 3, 'a flood source only ever gets cookie replies');
+        repliesTo.set(d.to.toString(), (repliesTo.get(d.to.toString()) ?? 0) + 1);
+        return false;
+      }
+      return true;
+    });
+    const SECONDS = 8;
+    let sent = 0, pingSentAt = -1, handshakeAt = -1;
+    const dhAtStart = dh();
+    for (let ms = 0; ms < SECONDS * 1000; ms++) {
+      clock.advance(1);
+      // The device's receive queue keeps overflowing.
+      if (ms % 50 === 0) victim.reportReceiveOverflow(10);
+      for (let k = 0; k < 20; k++) {
+        const message = garbageHandshake(crypto, rng, mac1Key, 1);
+        if (k % 2 === 1) message.set(randomBytes(rng, 16), 132);
+        victim.receiveDatagram(message, sources[(ms * 20 + k) % sources.length]);
+        sent++;
+      }
+      if (ms % 100 === 0) { pair.a.core.tick(); victim.tick(); }
+      pump();
+      if (pingSentAt < 0 && ms >= 2000) {
+        pingSentAt = clock.now();
+        pair.a.core.sendPacket(buildEchoRequest({ src: A_INNER, dst: B_INNER, id: 1, seq: 1 }));
+        pump();
+      }
+      if (handshakeAt < 0 && pair.b.delivered.length > 0) handshakeAt = clock.now();
+    }
+    assert.equal(victim.overloaded, true);
+    const drops = victim.drops.snapshot();
+    const cookies = drops['cookie-required'] ?? 0, shed = drops['cookie-reply-shed'] ?? 0, failed = drops['handshake-failed'] ?? 0;
+    // Every flood message is counted: before load mode as public-key work, then answered or shed
+    // (the genuine peer's first initiation is one more cookie-required).
+    assert.equal(cookies + shed + failed, sent + 1, `every message counted: ${JSON.stringify(drops)} for ${sent}`);
+    assert.equal(drops['receive-queue-overflow'], 10 * SECONDS * 1000 / 50, 'the overflow the device reported is counted');
+    assert.ok(failed <= UNDER_LOAD_HANDSHAKES_PER_SECOND + 1, 'public-key work only before load mode');
+    assert.ok(dh() - dhAtStart <= failed + 10, 'no public-key work for the flood under load');
+    const share = OVERLOADED_COOKIE_REPLY_BURST + OVERLOADED_COOKIE_REPLIES_PER_SECOND * SECONDS + 1;
+    for (const source of sources) {
+      const n = repliesTo.get(source.toString()) ?? 0;
+      assert.ok(n >= OVERLOADED_COOKIE_REPLIES_PER_SECOND * (SECONDS - 1) && n <= share, `${source}: ${n} cookie replies in ${SECONDS} s (share ${share})`);
+    }
+    assert.ok(shed > sent * 0.9, `most of the flood was shed: ${shed} of ${sent}`);
+    // The genuine peer: a new source gets its cookie, and its retransmission (valid mac2) its session.
+    assert.ok(handshakeAt > 0, `the genuine peer got through while overloaded: ${JSON.stringify(drops)}`);
+    assert.ok(handshakeAt - pingSentAt <= REKEY_TIMEOUT + REKEY_TIMEOUT_JITTER_MAX + 100 + 20, `within one retransmission: ${handshakeAt - pingSentAt} ms`);
+    assert.ok(pair.a.peer.cookieGenerator.hasFreshCookie, 'after a cookie round');
+
+    // A full receive ring keeps an overloaded device overloaded (the flood goes on), but does
+    // not make one overloaded.
+    clock.advance(UNDER_LOAD_AFTER_TIME - 100);
+    victim.reportReceiveBacklog(256, 256);
+    clock.advance(900);
+    assert.equal(victim.overloaded, true, 'a full ring while overloaded: still overloaded');
+    const calm = makeCorePair(crypto).b.core;
+    calm.reportReceiveBacklog(256, 256);
+    assert.equal(calm.overloaded, false, 'a full ring alone: not overloaded');
+
+    // No longer overloaded (no overflow and no full ring for a second), still under load: every source answered again.
+    clock.advance(UNDER_LOAD_AFTER_TIME + 1);
+    assert.equal(victim.overloaded, false);
+    victim.setUnderLoadFor(10_000);
+    const shedBefore = victim.drops.get('cookie-reply-shed');
+    repliesTo.clear();
+    for (let i = 0; i < 1000; i++) victim.receiveDatagram(garbageHandshake(crypto, rng, mac1Key, 1), sources[i % 10]);
+    pump();
+    assert.equal(victim.drops.get('cookie-reply-shed'), shedBefore, 'nothing shed when not overloaded');
+    assert.equal([...repliesTo.values()].reduce((a, b) => a + b, 0), 1000, 'every message answered, as wireguard-go does');
+    tc.diagnostic(`${sent} flood initiations in ${SECONDS} s, overloaded: ${JSON.stringify(drops)}; genuine handshake after ${handshakeAt - pingSentAt} ms`);
   });
 
   test('20 000 spoofed IPv4 and IPv6 sources, one valid-mac1 initiation each: only cookie replies, no per-source state, no public-key work under load', (tc) => {
