@@ -18,40 +18,23 @@
  * the code would send (an all-zero mac2 is cheaper to refuse).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { memoryStatus } from '../../bench/suite/procfs.ts';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import { LABEL_MAC1 } from '../../dataplane/noise/cookie.ts';
-import { uniqueName, waitFor, type Namespace, type NsProcess, type Scope } from './netns.ts';
+import { waitFor, type Namespace, type NsProcess, type Scope } from './netns.ts';
 import { daemonStats, dropsDelta, udpReceiveQueueDrops } from './robustness-helpers.ts';
 import {
-  REPO_ROOT, startContinuousPing, UserspaceWg, waitForExit, type PingTrace,
+  hasWireGuardGoModern, REPO_ROOT, startContinuousPing, UserspaceWg, waitForExit, type PingTrace,
 } from './userspace-wg.ts';
-import { generateKeyPair, keyBytes, WgDaemon, type LaunchSpec, type StartOptions } from './wireguard-go.ts';
+import { generateKeyPair, keyBytes, type WgDaemon } from './wireguard-go.ts';
 import { createPair } from './netns.ts';
 
-export const ANCHOR_WIREGUARD_GO = resolve(REPO_ROOT, '../shared/anchors/wireguard-go-modern');
 const FLOODER_SOURCE = join(REPO_ROOT, 'test/system/flooder.c');
 const MESSAGES_PER_SOURCE = 64;
 export const FLOOD_SOURCES = 100;
 const VICTIM_PORT = 51820;
-
-/** wireguard-go-modern (the anchor binary) run like Debian's wireguard-go. */
-export class AnchorWireGuardGo extends WgDaemon {
-  static async start(scope: Scope, ns: Namespace, options: StartOptions = {}): Promise<AnchorWireGuardGo> {
-    const ifname = options.ifname ?? uniqueName('rg');
-    const spec: LaunchSpec = {
-      command: ANCHOR_WIREGUARD_GO,
-      args: ['-f', ifname],
-      env: { ...options.env, LOG_LEVEL: options.logLevel ?? 'error' },
-      label: `wireguard-go-modern ${ifname}`,
-    };
-    const daemon = new AnchorWireGuardGo(scope, ns, ifname, spec, options);
-    await daemon.launch();
-    return daemon;
-  }
-}
 
 /** Compiles flooder.c into `dir` (gcc, -O2); returns the binary's path. */
 export function buildFlooder(dir: string): string {
@@ -130,9 +113,11 @@ export async function runFlood(scope: Scope, subject: Subject, flooderBinary: st
   const [keysV, keysE, keysL] = await Promise.all([generateKeyPair(), generateKeyPair(), generateKeyPair()]);
   const victim: WgDaemon = subject === 'roamguard-node'
     ? await UserspaceWg.start(scope, v, { implementation: 'roamguard-node', startTimeoutMs: 60_000, env: options.victimEnv })
-    : await AnchorWireGuardGo.start(scope, v, { env: options.victimEnv });
-  const existing = await AnchorWireGuardGo.start(scope, b);
-  const legitimate = await AnchorWireGuardGo.start(scope, c);
+    : await UserspaceWg.start(scope, v, { implementation: 'wireguard-go-modern', env: options.victimEnv });
+  // The peers are the newest wireguard-go where it is beside the checkout, else Debian's.
+  const peerImplementation = hasWireGuardGoModern() ? 'wireguard-go-modern' : 'wireguard-go';
+  const existing = await UserspaceWg.start(scope, b, { implementation: peerImplementation });
+  const legitimate = await UserspaceWg.start(scope, c, { implementation: peerImplementation });
   await victim.configure({
     privateKey: keysV.privateKey,
     listenPort: VICTIM_PORT,
@@ -200,10 +185,6 @@ async function flooderResult(proc: NsProcess, seconds: number): Promise<FlooderR
   const line = proc.stdout.trim().split('\n').pop() ?? '';
   if (exit.code !== 0 || !line.startsWith('{')) throw new Error(`the flooder failed\n${proc.describe()}`);
   return JSON.parse(line) as FlooderResult;
-}
-
-export function anchorPresent(): boolean {
-  return existsSync(ANCHOR_WIREGUARD_GO);
 }
 
 export function describeReport(r: FloodReport): string {

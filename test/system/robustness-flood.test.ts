@@ -41,9 +41,9 @@ import { cpuSeconds, memoryStatus } from '../../bench/suite/procfs.ts';
 import { createPair, reapStale, Scope } from './netns.ts';
 import { HostilePeer, type FloodSourceResult } from './hostile-peer.ts';
 import { daemonStats, dropsDelta } from './robustness-helpers.ts';
-import { ANCHOR_WIREGUARD_GO, anchorPresent, buildFlooder, describeReport, FLOOD_SOURCES, runFlood } from './flood-rate.ts';
+import { buildFlooder, describeReport, FLOOD_SOURCES, runFlood } from './flood-rate.ts';
 import {
-  describeTunnel, INNER, PORT_A, requireDaemonPrerequisites, startContinuousPing, startTunnel,
+  describeTunnel, hasWireGuardGoModern, INNER, PORT_A, requireDaemonPrerequisites, startContinuousPing, startTunnel, WIREGUARD_GO_MODERN,
 } from './userspace-wg.ts';
 
 const SOAK = process.env.ROAMGUARD_SOAK === '1';
@@ -262,8 +262,8 @@ describe(`robustness: ${HIGH_RATE}/s valid-mac1 initiations from ${FLOOD_SOURCES
   });
 
   test('wireguard-go-modern under the same flood (the reference: figures only)', { timeout: (HIGH_RATE_SECONDS + 120) * 1000 }, async (tc) => {
-    if (!anchorPresent()) {
-      tc.diagnostic(`${ANCHOR_WIREGUARD_GO} is absent: no reference figures in this run`);
+    if (!hasWireGuardGoModern()) {
+      tc.diagnostic(`${WIREGUARD_GO_MODERN} is absent: no reference figures in this run`);
       return;
     }
     const scope = new Scope();
