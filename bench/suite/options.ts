@@ -46,7 +46,7 @@ export interface BenchOptions {
 
 export const DEFAULT_OUT_DIR = join(ROAMGUARD_BIN, '..', '..', 'bench', 'results');
 /** Subjects of a `--quick` run without --only: the main comparison, without the --threads 0 variant. */
-export const QUICK_SUBJECTS = ['raw', 'node', 'bun', 'wireguard-go'];
+export const QUICK_SUBJECTS = ['raw', 'node', 'bun', 'wireguard-go-modern', 'wireguard-go'];
 /** The largest UDP payload that fits the tunnel MTU without fragmenting (IPv4 + UDP headers). */
 export const MAX_UDP_SIZE = TUNNEL_MTU - 28;
 
@@ -55,8 +55,9 @@ export const USAGE = `roamguard bench [--quick] [--only LIST] [--duration S] [--
                 [--peers N] [--scale-rate N] [--no-scale] [--no-micro] [--reverse] [--out DIR | --no-save]
 
 Builds two network namespaces joined by a veth pair and measures, one after the other on that
-same link: the raw link (the ceiling), roamguard under Node.js and Bun, and wireguard-go (each
-tunnel runs the same implementation on both sides). Per subject: iperf3 TCP with one stream and
+same link: the raw link (the ceiling), roamguard under Node.js and Bun, upstream's newest
+wireguard-go (../shared/anchors/wireguard-go-modern beside the checkout: the reference of every
+ratio) and Debian's (each tunnel runs the same implementation on both sides). Per subject: iperf3 TCP with one stream and
 with 4 parallel streams, A→B, median of N runs (Gbit/s, retransmits); a UDP sweep at a fixed
 datagram size for the highest rate with under 1 % loss (Mbit/s, packets/s); ping RTT median and
 p99; CPU seconds of both tunnel processes (all threads) per GB carried; peak RSS (VmHWM).

@@ -44,6 +44,15 @@ export interface ThroughputRow {
 const divide = (a: number | undefined, b: number | undefined): number | undefined =>
   a === undefined || b === undefined || !Number.isFinite(a) || !Number.isFinite(b) || b === 0 ? undefined : a / b;
 
+/**
+ * The subject every ratio is taken against: upstream's newest wireguard-go when it ran, else
+ * Debian's (an older build without the offloads), else none.
+ */
+export function referenceSubject<T extends { id: string; kind: string; summary?: unknown }>(subjects: readonly T[]): T | undefined {
+  return subjects.find((s) => s.id === 'wireguard-go-modern' && s.summary)
+    ?? subjects.find((s) => s.kind === 'wireguard-go' && s.summary);
+}
+
 /** The throughput rows of every subject, with ratios against wireguard-go and the raw link. */
 export function throughputRows(results: BenchResults): ThroughputRow[] {
   const figures = (s: SubjectResult) => ({
@@ -51,7 +60,7 @@ export function throughputRows(results: BenchResults): ThroughputRow[] {
     tcpParallel: s.summary?.parallelGbps,
     udp: s.summary?.udpMbps === undefined ? undefined : s.summary.udpMbps / 1000,
   });
-  const wg = results.subjects.find((s) => s.kind === 'wireguard-go' && s.summary);
+  const wg = referenceSubject(results.subjects);
   const raw = results.subjects.find((s) => s.kind === 'raw' && s.summary);
   const wgFigures = wg ? figures(wg) : undefined;
   const rawFigures = raw ? figures(raw) : undefined;
@@ -82,7 +91,7 @@ export function renderThroughputTable(results: BenchResults): string[] {
   lines.push('### Throughput: TCP 1 stream, TCP ' + streams + ' streams, UDP', '');
   const udpText = o.udp === false ? 'UDP not measured' :
     `UDP: ${o.udpSize ?? 1200}-byte datagrams, the highest rate with under 1 % loss (doubling, then bisecting; probes of ${o.udpProbeSeconds ?? '?'} s, at most ${o.udpProbes ?? '?'}), received payload rate`;
-  lines.push(`TCP: median of ${o.runs} run${o.runs === 1 ? '' : 's'} of ${o.duration} s, receiver-side goodput; ${o.parallel === false ? `${streams}-stream TCP not measured` : `${streams} streams with iperf3 -P ${streams}`}. ${udpText}. Ratios: each figure divided by wireguard-go's and by the raw veth link's.`, '');
+  lines.push(`TCP: median of ${o.runs} run${o.runs === 1 ? '' : 's'} of ${o.duration} s, receiver-side goodput; ${o.parallel === false ? `${streams}-stream TCP not measured` : `${streams} streams with iperf3 -P ${streams}`}. ${udpText}. Ratios: each figure divided by ${referenceSubject(results.subjects)?.label ?? 'wireguard-go'}'s and by the raw veth link's.`, '');
   lines.push(...markdownHead([
     'subject', 'TCP 1 Gbit/s', `TCP ${streams} Gbit/s`, `TCP ${streams} retransmits`, 'UDP Mbit/s', 'UDP kpps',
     'TCP 1 ÷ wg-go', `TCP ${streams} ÷ wg-go`, 'UDP ÷ wg-go', 'TCP 1 ÷ raw', `TCP ${streams} ÷ raw`, 'UDP ÷ raw',
@@ -199,17 +208,21 @@ export function renderMarkdown(results: BenchResults): string {
   const { meta, subjects } = results;
   const o = meta.options;
   const raw = subjects.find((s) => s.kind === 'raw' && s.summary)?.summary;
-  const wgGo = subjects.find((s) => s.kind === 'wireguard-go' && s.summary)?.summary;
+  const reference = referenceSubject(subjects);
+  const wgGo = reference?.summary;
   const reverse = o.reverse;
 
   const lines: string[] = [];
   lines.push(`## roamguard bench — ${meta.started.slice(0, 16).replace('T', ' ')} UTC, ${meta.host}`, '');
-  lines.push(`\`${meta.command}\` · Linux ${meta.kernel} · ${meta.cores} × ${meta.cpu} · node ${meta.versions.node} · bun ${meta.versions.bun} · wireguard-go ${meta.versions['wireguard-go']} · ${meta.versions.iperf3}`, '');
+  lines.push(`\`${meta.command}\` · Linux ${meta.kernel} · ${meta.cores} × ${meta.cpu} · node ${meta.versions.node} · bun ${meta.versions.bun} · wireguard-go ${meta.versions['wireguard-go-modern'] ?? 'not found'} and Debian's ${meta.versions['wireguard-go']} · ${meta.versions.iperf3}`, '');
   if (meta.foreignLoadBefore > 0.1) {
     lines.push(`⚠ **Busy machine**: before the start other processes used ${(meta.foreignLoadBefore * 100).toFixed(0)} % of a core (load average ${meta.loadAverage.join(' ')}); these figures are not comparable with a quiet run.`, '');
   }
   lines.push(`iperf3 TCP, one stream, A→B${reverse ? ' (and B→A)' : ''}, ${o.duration} s after ${o.omit} s warm-up, median of ${o.runs} run${o.runs === 1 ? '' : 's'}${o.prime > 0 ? ` (each tunnel primed by an unrecorded ${o.prime} s transfer)` : ''}; ping: ${o.pings} echoes ${o.pingInterval * 1000} ms apart, idle tunnel; ${meta.topology}. Took ${Math.round(meta.elapsedSeconds)} s.`, '');
 
+  lines.push(reference
+    ? `Ratios "÷ wireguard-go" are against **${reference.label}**, measured in this run.`
+    : 'No wireguard-go ran: no ratios against it.', '');
   const head = ['subject', 'Gbit/s', 'min–max'];
   if (reverse) head.push('B→A Gbit/s');
   head.push('retransmits', 'RTT median ms', 'RTT p99 ms', 'TCP RTT loaded ms', 'tunnel CPU %', 'CPU s/GB', 'peak RSS MiB', 'Gbit/s ÷ wireguard-go', 'CPU/GB ÷ wireguard-go', 'Gbit/s ÷ raw link');

@@ -24,6 +24,7 @@ import { maximum, median, minimum } from './stats.ts';
 import { LISTEN_PORT, SUBJECTS, TUNNEL_MTU, bunBinary, startSubject, unavailableReason, type RunningSubject, type SubjectSpec } from './subjects.ts';
 import { sweepRate } from './sweep.ts';
 import { iperf, iperfUdp, ping, startIperfServer, type IperfRun, type UdpProbe } from './tools.ts';
+import { WIREGUARD_GO_MODERN, hasWireGuardGoModern } from '../../test/system/userspace-wg.ts';
 
 export type Progress = (line: string) => void;
 
@@ -117,6 +118,7 @@ function collectVersions(): Record<string, string> {
   const bun = bunBinary();
   versions.bun = bun ? version(bun, ['--version']) : 'not installed';
   versions['wireguard-go'] = which('wireguard-go') ? version('wireguard-go', ['--version'], /v[\d.]+/) : 'not installed';
+  versions['wireguard-go-modern'] = hasWireGuardGoModern() ? version(WIREGUARD_GO_MODERN, ['--version'], /v[\d.]+/) : 'not found';
   return versions;
 }
 

@@ -1,6 +1,7 @@
 /**
  * What the suite measures: the raw veth link between the two namespaces (the ceiling), roamguard
- * under Node.js and Bun with and without crypto worker threads, and Debian's wireguard-go. Each
+ * under Node.js and Bun with and without crypto worker threads, upstream's newest wireguard-go
+ * (the reference every ratio is taken against, found beside the checkout) and Debian's. Each
  * tunnel subject runs the same implementation on both sides, configured only with `wg`, with the
  * same addresses, port and MTU, so the figures compare like with like.
  */
@@ -11,7 +12,8 @@ import {
   WG_SOCKET_DIR, uniqueName, waitFor, which,
   type Namespace, type NsProcess, type PairTopology, type Scope,
 } from '../../test/system/netns.ts';
-import { WireGuardGo, generateKeyPair } from '../../test/system/wireguard-go.ts';
+import { generateKeyPair } from '../../test/system/wireguard-go.ts';
+import { UserspaceWg, WIREGUARD_GO_MODERN, hasWireGuardGoModern } from '../../test/system/userspace-wg.ts';
 import { pingOnce } from './tools.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -38,6 +40,8 @@ export interface SubjectSpec {
   threads?: number;
   /** Extra environment of the roamguard daemons (the data path's switches: ROAMGUARD_UDP, …). */
   env?: Record<string, string>;
+  /** For wireguard-go subjects: which build. */
+  build?: 'modern' | 'debian';
   /** Part of a run without --only. */
   byDefault: boolean;
 }
@@ -51,7 +55,8 @@ export const SUBJECTS: readonly SubjectSpec[] = [
   { id: 'node-t0', label: 'roamguard node --threads 0', kind: 'roamguard', runtime: 'node', threads: 0, byDefault: true },
   { id: 'bun', label: 'roamguard bun', kind: 'roamguard', runtime: 'bun', byDefault: true },
   { id: 'bun-t0', label: 'roamguard bun --threads 0', kind: 'roamguard', runtime: 'bun', threads: 0, byDefault: false },
-  { id: 'wireguard-go', label: 'wireguard-go', kind: 'wireguard-go', byDefault: true },
+  { id: 'wireguard-go-modern', label: 'wireguard-go 0.0.20250522', kind: 'wireguard-go', build: 'modern', byDefault: true },
+  { id: 'wireguard-go', label: 'wireguard-go (Debian)', kind: 'wireguard-go', build: 'debian', byDefault: true },
   // Earlier data paths, for before/after figures in one run (only with --only).
   { id: 'node-evloop', label: 'roamguard node, TUN read on the event loop', kind: 'roamguard', runtime: 'node', env: { ROAMGUARD_TUN_READER: 'event-loop' }, byDefault: false },
   { id: 'node-piscina', label: 'roamguard node, piscina pool', kind: 'roamguard', runtime: 'node', env: { ROAMGUARD_POOL: 'piscina' }, byDefault: false },
@@ -67,7 +72,8 @@ export function bunBinary(): string | undefined {
 
 /** Why `spec` cannot run on this machine (shown as a note), or undefined when it can. */
 export function unavailableReason(spec: SubjectSpec): string | undefined {
-  if (spec.kind === 'wireguard-go' && !which('wireguard-go')) return 'wireguard-go is not installed (Debian package wireguard-go): skipped';
+  if (spec.build === 'modern' && !hasWireGuardGoModern()) return `${WIREGUARD_GO_MODERN} not found: skipped (ratios are against Debian's wireguard-go)`;
+  if (spec.build === 'debian' && !which('wireguard-go')) return 'wireguard-go is not installed (Debian package wireguard-go): skipped';
   if (spec.runtime === 'bun' && !bunBinary()) return 'bun is not installed (npm install bun): skipped';
   return undefined;
 }
@@ -120,8 +126,9 @@ export async function startRoamguard(scope: Scope, ns: Namespace, spec: SubjectS
   return { side, pid: proc.pid, comm: comm(proc.pid), ifname, process: proc };
 }
 
-async function startWireguardGo(scope: Scope, ns: Namespace, side: 'a' | 'b'): Promise<TunnelProcess> {
-  const wg = await WireGuardGo.start(scope, ns, { ifname: uniqueName('rgb'), logLevel: 'error', startTimeoutMs: 10_000 });
+async function startWireguardGo(scope: Scope, ns: Namespace, spec: SubjectSpec, side: 'a' | 'b'): Promise<TunnelProcess> {
+  const implementation = spec.build === 'modern' ? 'wireguard-go-modern' : 'wireguard-go';
+  const wg = await UserspaceWg.start(scope, ns, { implementation, ifname: uniqueName('rgb'), logLevel: 'error', startTimeoutMs: 10_000 });
   return { side, pid: wg.process.pid, comm: comm(wg.process.pid), ifname: wg.ifname, process: wg.process };
 }
 
@@ -146,7 +153,7 @@ export async function startSubject(scope: Scope, topo: PairTopology, spec: Subje
   if (spec.kind === 'raw') return { target: topo.linkB.ipv4, processes: [], info: { mtu: 'veth default (1500)' } };
 
   const [a, b] = spec.kind === 'wireguard-go'
-    ? await Promise.all([startWireguardGo(scope, topo.a, 'a'), startWireguardGo(scope, topo.b, 'b')])
+    ? await Promise.all([startWireguardGo(scope, topo.a, spec, 'a'), startWireguardGo(scope, topo.b, spec, 'b')])
     : await Promise.all([startRoamguard(scope, topo.a, spec, 'a'), startRoamguard(scope, topo.b, spec, 'b')]);
 
   const keyDir = scope.tempDir('roamguard-bench-keys-');
@@ -175,3 +182,4 @@ export async function startSubject(scope: Scope, topo: PairTopology, spec: Subje
   }
   return { target: INNER.b, processes: [a, b], info };
 }
+

@@ -8,14 +8,14 @@ import assert from 'node:assert/strict';
 import { parseBenchArgs, QUICK_SUBJECTS } from '../../bench/suite/options.ts';
 import { estimateSecondsLeft, formatDuration } from '../../bench/suite/progress.ts';
 import {
-  formatCount, formatRatio, ratio, renderMarkdown, renderMicroTables, renderScaleTable, renderThroughputTable, throughputRows,
+  formatCount, formatRatio, ratio, renderMarkdown, renderMicroTables, renderScaleTable, renderThroughputTable, referenceSubject, throughputRows,
 } from '../../bench/suite/report.ts';
 import type { MicroRuntimeResult } from '../../bench/suite/micro-types.ts';
 import type { ScaleResult } from '../../bench/suite/scale.ts';
 import { scaleSourceAddress } from '../../bench/suite/scale.ts';
 import { parseIperfJson, parseIperfUdpJson } from '../../bench/suite/tools.ts';
 import { isCompleteAnswer } from '../../bench/suite/uapi-client.ts';
-import { sampleResults } from './bench-fixtures.ts';
+import { sampleResults, subject } from './bench-fixtures.ts';
 
 const close = (a: number | undefined, b: number, what: string) => assert.ok(a !== undefined && Math.abs(a - b) < 1e-9, `${what}: ${a} ≠ ${b}`);
 
@@ -49,6 +49,18 @@ describe('throughput rows and ratios', () => {
     const failed = rows.find((r) => r.label === 'roamguard node --threads 0')!;
     assert.equal(failed.tcp1, undefined);
     assert.equal(failed.vsWireguardGo.tcp1, undefined);
+  });
+
+  test('the newest wireguard-go is the reference when it ran, Debian\'s otherwise', () => {
+    const r = sampleResults();
+    r.subjects.push(subject('wireguard-go-modern', 'wireguard-go 0.0.20250522', 'wireguard-go', { gbps: 1.0, parallelGbps: 1.2, udpMbps: 300, udpPps: 31_250, udpStoppedBy: 'converged' }));
+    assert.equal(referenceSubject(r.subjects)?.id, 'wireguard-go-modern');
+    const node = throughputRows(r).find((x) => x.label === 'roamguard node')!;
+    close(node.vsWireguardGo.tcp1, 0.2 / 1.0, 'TCP 1 ÷ the newest wireguard-go');
+    assert.match(renderMarkdown(r), /against \*\*wireguard-go 0\.0\.20250522\*\*/);
+    r.subjects.at(-1)!.summary = undefined; // it failed: Debian's is the reference
+    assert.equal(referenceSubject(r.subjects)?.id, 'wireguard-go');
+    close(throughputRows(r).find((x) => x.label === 'roamguard node')!.vsWireguardGo.tcp1, 0.2 / 0.25, 'TCP 1 ÷ Debian\'s');
   });
 
   test('without wireguard-go there are no wg-go ratios', () => {
