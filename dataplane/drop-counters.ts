@@ -15,6 +15,9 @@ export const DROP_REASONS = [
   'no-route', 'no-endpoint', 'staged-overflow', 'handshake-gave-up', 'packet-too-large',
   // Either way
   'crypto-worker-failed',
+  // A bounded queue between reading, crypto and writing was full (a peer's batches in flight, or
+  // every crypto worker's queue): dropped instead of held without limit.
+  'queue-full',
 ] as const;
 
 export type DropReason = typeof DROP_REASONS[number];

@@ -27,6 +27,9 @@ export function runCryptoWorker(crypto: Crypto, config: CryptoWorkerConfig): voi
   const batches = new Map<number, BatchView>();
   const WORDS = TASK_BYTES / 4;
   const mask = TASK_SLOTS - 1;
+  const faults = config.faults ?? {};
+  let notifies = 0;
+  let taken = 0;
 
   /** Applies every registration and release waiting on the port. */
   const drainPort = () => {
@@ -62,6 +65,9 @@ export function runCryptoWorker(crypto: Crypto, config: CryptoWorkerConfig): voi
       Atomics.store(control, WORKER_WAITING, 0);
       continue;
     }
+    if (faults.stallAfter !== undefined && taken++ >= faults.stallAfter) {
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0); // wedged: nobody ever notifies this
+    }
     const slot = next & mask;
     const w = slot * WORDS;
     let batch = batches.get(tasks32[w + T_BATCH]);
@@ -87,7 +93,7 @@ export function runCryptoWorker(crypto: Crypto, config: CryptoWorkerConfig): voi
     Atomics.store(control, COMPLETED, next);
     Atomics.add(shared, DONE, 1);
     if (Atomics.load(shared, MAIN_WAITING) !== 0 && Atomics.exchange(shared, MAIN_WAITING, 0) !== 0) {
-      Atomics.notify(shared, DONE);
+      if (++notifies !== faults.skipNotify) Atomics.notify(shared, DONE);
     }
   }
   Atomics.store(control, STATE, STATE_STOPPED);

@@ -65,6 +65,19 @@ export interface CryptoWorkerConfig {
   shared: SharedArrayBuffer;
   /** The worker's end of the channel on which batches are registered (transferred). */
   port: import('node:worker_threads').MessagePort;
+  /** Faults for tests only (never set by the daemon): see WorkerFaults. */
+  faults?: WorkerFaults;
+}
+
+/**
+ * Deliberate faults, for the tests that prove the stress test and the watchdog catch what they
+ * claim to catch. Never set outside tests.
+ */
+export interface WorkerFaults {
+  /** Skip the Nth wake-up of the main thread (counting from 1): a lost notify. */
+  skipNotify?: number;
+  /** After this many tasks, stop taking tasks (park for good): a wedged worker. */
+  stallAfter?: number;
 }
 
 /** A batch's shared memory, registered with every worker once. */
