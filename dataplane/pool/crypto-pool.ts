@@ -89,8 +89,14 @@ export interface WorkerPoolOptions {
   watchdog?: boolean;
   /** Per-worker task bound (default QUEUE_LIMIT). */
   queueLimit?: number;
-  /** Test-only faults for the first worker (see WorkerFaults). */
-  faults?: WorkerFaults;
+  /** Test-only faults, by worker index, for the first generation of workers (see WorkerFaults). */
+  faults?: readonly (WorkerFaults | undefined)[];
+  /**
+   * Test only: the Nth wake-up (counting from 1) that a worker's notify brings the parked main
+   * thread is thrown away, exactly as if that notify had been lost. Proves that the stress test
+   * and the watchdog see a lost wake-up.
+   */
+  loseWakeUp?: number;
 }
 
 interface Pending {
@@ -183,12 +189,13 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
   private readonly restartTimes: number[] = [];
   private readonly watchdog: ReturnType<typeof setInterval> | undefined;
   private fatalError: Error | undefined;
+  private wakeUps = 0;
 
   constructor(readonly threads: number = availableParallelism(), private readonly options: WorkerPoolOptions = {}) {
     if (!Number.isInteger(threads) || threads < 1) throw new Error(`crypto worker threads must be >= 1, got ${threads}`);
     this.queueLimit = Math.max(TASK_SLOTS, options.queueLimit ?? QUEUE_LIMIT);
     this.onStall = options.onStall;
-    for (let i = 0; i < threads; i++) this.spawn(i, i === 0 ? options.faults : undefined);
+    for (let i = 0; i < threads; i++) this.spawn(i, options.faults?.[i]);
     // Each worker reports READY once it has loaded its crypto providers. Terminating a worker in
     // the middle of loading a native addon (koffi) aborts the process, so close() waits for this.
     this.ready = Promise.all(this.workers.map((w) => w.started)).then(() => {});
@@ -308,7 +315,10 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
     // Returns at once when a task finished since the last wake-up took its count.
     const result = waitAsync(this.shared, DONE, this.doneHandled);
     if (result.async) {
-      void result.value.then(() => { if (token === this.waitToken) this.wake(); });
+      void result.value.then(() => {
+        if (++this.wakeUps === this.options.loseWakeUp) return; // test only: a lost notify
+        if (token === this.waitToken) this.wake();
+      });
     } else {
       Atomics.store(this.shared, MAIN_WAITING, 0);
       queueMicrotask(() => { if (token === this.waitToken) this.wake(); });

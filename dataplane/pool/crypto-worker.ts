@@ -11,7 +11,7 @@ import { selectCrypto } from '../crypto/select.ts';
 import type { Crypto } from '../crypto/primitives.ts';
 import { openBatch, sealBatch, type BatchView } from './batch-crypto.ts';
 import {
-  COMPLETED, DONE, MAIN_WAITING, OP_SEAL, STATE, STATE_FAILED, STATE_READY, STATE_STOP, STATE_STOPPED, SUBMITTED, TASK_BYTES,
+  CONTROL_INTS, COMPLETED, DONE, MAIN_WAITING, OP_SEAL, STATE, STATE_FAILED, STATE_READY, STATE_STOP, STATE_STOPPED, SUBMITTED, TASK_BYTES,
   TASK_SLOTS, T_BATCH, T_COUNT, T_KEY, T_MTU, T_OP, T_RECEIVER, T_STATUS, WORKER_WAITING,
   type BatchRegistration, type BatchRelease, type CryptoWorkerConfig,
 } from './task-ring.ts';
@@ -28,7 +28,6 @@ export function runCryptoWorker(crypto: Crypto, config: CryptoWorkerConfig): voi
   const WORDS = TASK_BYTES / 4;
   const mask = TASK_SLOTS - 1;
   const faults = config.faults ?? {};
-  let notifies = 0;
   let taken = 0;
 
   /** Applies every registration and release waiting on the port. */
@@ -68,6 +67,7 @@ export function runCryptoWorker(crypto: Crypto, config: CryptoWorkerConfig): voi
     if (faults.stallAfter !== undefined && taken++ >= faults.stallAfter) {
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0); // wedged: nobody ever notifies this
     }
+    if (faults.pauseChance !== undefined && Math.random() < faults.pauseChance) Atomics.wait(control, CONTROL_INTS - 1, 0, Math.random() * 0.2);
     const slot = next & mask;
     const w = slot * WORDS;
     let batch = batches.get(tasks32[w + T_BATCH]);
@@ -93,7 +93,7 @@ export function runCryptoWorker(crypto: Crypto, config: CryptoWorkerConfig): voi
     Atomics.store(control, COMPLETED, next);
     Atomics.add(shared, DONE, 1);
     if (Atomics.load(shared, MAIN_WAITING) !== 0 && Atomics.exchange(shared, MAIN_WAITING, 0) !== 0) {
-      if (++notifies !== faults.skipNotify) Atomics.notify(shared, DONE);
+      Atomics.notify(shared, DONE);
     }
   }
   Atomics.store(control, STATE, STATE_STOPPED);

@@ -74,10 +74,10 @@ export interface CryptoWorkerConfig {
  * claim to catch. Never set outside tests.
  */
 export interface WorkerFaults {
-  /** Skip the Nth wake-up of the main thread (counting from 1): a lost notify. */
-  skipNotify?: number;
   /** After this many tasks, stop taking tasks (park for good): a wedged worker. */
   stallAfter?: number;
+  /** Before a task, with this probability, pause for up to 0.2 ms (the stress test's random delays). */
+  pauseChance?: number;
 }
 
 /** A batch's shared memory, registered with every worker once. */
