@@ -170,7 +170,7 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
   stalls = 0;
   restarts = 0;
   lostTasks = 0;
-  onStall: StallHandler | undefined;
+  onStall: StallHandler | undefined = undefined;
   private readonly workers: CryptoWorker[] = [];
   private readonly shared = new Int32Array(new SharedArrayBuffer(SHARED_INTS * 4));
   private readonly ids = new WeakMap<PacketBatch, number>();
