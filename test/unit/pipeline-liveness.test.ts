@@ -207,6 +207,26 @@ describe('a crypto worker dies under traffic', () => {
       await pool.close();
     }
   });
+  test('workers that keep dying: after 5 replacements within a minute the pool gives up (onFatal: the daemon exits non-zero)', { timeout: 60_000 }, async () => {
+    const fatal: Error[] = [];
+    const pool = new WorkerCryptoPool(1, { watchdog: false, onFatal: (err) => fatal.push(err) });
+    await pool.ready;
+    const workers = (pool as unknown as { workers: { started: Promise<void>; thread: { terminate(): Promise<number> } }[] }).workers;
+    try {
+      for (let death = 1; death <= 6; death++) {
+        const w = workers[0];
+        await w.started; // a worker is never terminated while it loads (koffi would abort the process)
+        await w.thread.terminate();
+        await until(() => (death <= 5 ? pool.restarts === death : fatal.length === 1), 20_000, `death ${death} handled`);
+      }
+      assert.equal(pool.restarts, 5);
+      assert.equal(fatal.length, 1);
+      assert.match(fatal[0].message, /crypto workers keep failing \(5 replacements within 60 s/);
+      await assert.rejects(pool.seal(new PacketBatch(64, 1), new Uint8Array(32), 0, 1420), (err: unknown) => err instanceof CryptoPoolError && err.reason === 'crypto-worker-failed');
+    } finally {
+      await pool.close();
+    }
+  });
 });
 
 describe('watchdog', () => {
