@@ -125,6 +125,8 @@ export interface FfiUdpBindOptions {
   loseWakeUp?: number;
   /** The receive ring's stall watchdog (default on); the ring stress test turns it off. */
   watchdog?: boolean;
+  /** Test only: the ring's first sequence number (e.g. just below 2^31, to cross the wrap-around). */
+  startSequence?: number;
 }
 
 /** BindStats plus what only this bind knows. */
@@ -437,6 +439,12 @@ export class FfiUdpBind implements Bind, Liveness {
       if (wakeFd < 0) throw errnoError('eventfd', libc.errno());
       const buffer = new SharedArrayBuffer(this.ringBytes);
       const session = new Session(fd4, fd6, wakeFd, buffer, this.slots, this.slotSize);
+      if (this.options.startSequence !== undefined) {
+        const start = this.options.startSequence | 0;
+        Atomics.store(session.views.header, WRITE_SEQ, start);
+        Atomics.store(session.views.header, READ_SEQ, start);
+        session.readSeq = start;
+      }
       this.startReader(session);
       this.session = session;
       if (this.options.watchdog !== false && this.watchTimer === undefined) {

@@ -97,6 +97,8 @@ export interface WorkerPoolOptions {
    * and the watchdog see a lost wake-up.
    */
   loseWakeUp?: number;
+  /** Test only: the first sequence number of every counter (e.g. just below 2^31, to cross the wrap-around). */
+  startSequence?: number;
 }
 
 interface Pending {
@@ -141,7 +143,11 @@ class CryptoWorker {
   started: Promise<void> = Promise.resolve();
   readonly watch: StallWatch;
 
-  constructor(readonly index: number, shared: SharedArrayBuffer, faults: WorkerFaults | undefined) {
+  constructor(readonly index: number, shared: SharedArrayBuffer, faults: WorkerFaults | undefined, start = 0) {
+    // The worker starts from COMPLETED: both sides begin at `start` (0 but in the wrap-around test).
+    this.submitted = this.seen = start;
+    Atomics.store(this.control, SUBMITTED, start);
+    Atomics.store(this.control, COMPLETED, start);
     const { port1, port2 } = new MessageChannel();
     this.port = port1;
     const config: CryptoWorkerConfig = { control: this.control.buffer as SharedArrayBuffer, tasks: this.tasks, shared, port: port2, faults };
@@ -195,6 +201,10 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
     if (!Number.isInteger(threads) || threads < 1) throw new Error(`crypto worker threads must be >= 1, got ${threads}`);
     this.queueLimit = Math.max(TASK_SLOTS, options.queueLimit ?? QUEUE_LIMIT);
     this.onStall = options.onStall;
+    if (options.startSequence !== undefined) {
+      Atomics.store(this.shared, DONE, options.startSequence | 0);
+      this.doneHandled = options.startSequence | 0;
+    }
     for (let i = 0; i < threads; i++) this.spawn(i, options.faults?.[i]);
     // Each worker reports READY once it has loaded its crypto providers. Terminating a worker in
     // the middle of loading a native addon (koffi) aborts the process, so close() waits for this.
@@ -206,7 +216,7 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
   }
 
   private spawn(index: number, faults: WorkerFaults | undefined): CryptoWorker {
-    const w = new CryptoWorker(index, this.shared.buffer as SharedArrayBuffer, faults);
+    const w = new CryptoWorker(index, this.shared.buffer as SharedArrayBuffer, faults, (this.options.startSequence ?? 0) | 0);
     this.workers[index] = w;
     w.thread.on('error', (err) => this.lost(w, err instanceof Error ? err : new Error(String(err))));
     w.thread.on('exit', (code) => {

@@ -243,9 +243,16 @@ export class LinuxTun implements Tun, Liveness {
    * "packet" per read (a datagram socket), so that the ring hand-off is tested without root and
    * without a TUN device. The object owns `fd` (close() closes it); it has no MTU or sysfs entry.
    */
-  static async overDescriptorForTests(fd: number, options: { watchdog?: boolean; loseWakeUp?: number } = {}): Promise<LinuxTun> {
+  static async overDescriptorForTests(fd: number, options: { watchdog?: boolean; loseWakeUp?: number; startSequence?: number } = {}): Promise<LinuxTun> {
     const libc = await loadLibc();
     const tun = new LinuxTun(libc, fd, -1, 'test-descriptor', undefined, false, 0);
+    if (options.startSequence !== undefined) {
+      // The ring's first sequence number, e.g. just below 2^31 to cross the wrap-around.
+      const start = options.startSequence | 0;
+      Atomics.store(tun.ring.header, WRITE_SEQ, start);
+      Atomics.store(tun.ring.header, READ_SEQ, start);
+      tun.readSeq = start;
+    }
     tun.watchdogEnabled = options.watchdog !== false;
     tun.loseWakeUp = options.loseWakeUp;
     if (tun.watchTimer) clearInterval(tun.watchTimer); // no interface to watch

@@ -31,13 +31,13 @@ interface StressResult {
 }
 
 /** Random bursts of empty batches (count 0: the hand-off alone, no crypto) through a pool. */
-async function stressPool(tasks: number, faults: WorkerFaults[], seed: number, loseWakeUp?: number): Promise<StressResult> {
+async function stressPool(tasks: number, faults: WorkerFaults[], seed: number, loseWakeUp?: number, startSequence?: number): Promise<StressResult & { pool: WorkerCryptoPool }> {
   let state = seed >>> 0;
   const random = () => {
     state = (state * 1664525 + 1013904223) >>> 0;
     return state / 2 ** 32;
   };
-  const pool = new WorkerCryptoPool(2, { watchdog: false, faults, loseWakeUp });
+  const pool = new WorkerCryptoPool(2, { watchdog: false, faults, loseWakeUp, startSequence });
   await pool.ready;
   const key = new Uint8Array(32);
   // A few batches reused round robin: registrations are sent once, as in the daemon.
@@ -86,7 +86,7 @@ async function stressPool(tasks: number, faults: WorkerFaults[], seed: number, l
     await pool.close();
   }
   if (stall === undefined && finished.indexOf(0, 0) !== -1 && finished.indexOf(0) < submitted) stall = `task ${finished.indexOf(0)} never completed`;
-  return { submitted, completed, stall };
+  return { submitted, completed, stall, pool };
 }
 
 describe('thread hand-off stress: crypto task rings', () => {
@@ -99,6 +99,15 @@ describe('thread hand-off stress: crypto task rings', () => {
     assert.equal(result.completed, tasks);
     assert.equal(result.submitted, tasks);
     console.log(`crypto rings: ${tasks} tasks in ${Math.round(performance.now() - started)} ms`);
+  });
+
+  test('sequence numbers across the Int32 wrap-around (every counter starts 2^31 - 10^5): all complete', { timeout: 60_000 }, async () => {
+    const start = 2 ** 31 - 100_000;
+    const result = await stressPool(300_000, [{ pauseChance: 0.001 }, { pauseChance: 0.001 }], 31337, undefined, start);
+    assert.equal(result.stall, undefined, result.stall);
+    assert.equal(result.completed, 300_000);
+    const workers = (result.pool as unknown as { workers: { submitted: number }[] }).workers;
+    assert.ok(workers.every((w) => w.submitted < 0), `both workers' sequences wrapped past 2^31 - 1: ${workers.map((w) => w.submitted)}`);
   });
 
   test('the stress test detects a broken notify (one wake-up of the main thread skipped)', { timeout: 60_000 }, async () => {

@@ -42,10 +42,11 @@ interface Receiver {
 interface Faults {
   watchdog?: boolean;
   loseWakeUp?: number;
+  startSequence?: number;
 }
 
-async function udpReceiver({ watchdog = false, loseWakeUp }: Faults = {}): Promise<Receiver> {
-  const bind = new FfiUdpBind({ watchdog, loseWakeUp, offload: false });
+async function udpReceiver({ watchdog = false, loseWakeUp, startSequence }: Faults = {}): Promise<Receiver> {
+  const bind = new FfiUdpBind({ watchdog, loseWakeUp, startSequence, offload: false });
   const port = await bind.open(0);
   return {
     port,
@@ -73,9 +74,9 @@ async function loopbackSocket(): Promise<{ fd: number; port: number }> {
   return { fd, port: (address[2] << 8) | address[3] };
 }
 
-async function tunReceiver({ watchdog = false, loseWakeUp }: Faults = {}): Promise<Receiver> {
+async function tunReceiver({ watchdog = false, loseWakeUp, startSequence }: Faults = {}): Promise<Receiver> {
   const { fd, port } = await loopbackSocket();
-  const tun = await LinuxTun.overDescriptorForTests(fd, { watchdog, loseWakeUp });
+  const tun = await LinuxTun.overDescriptorForTests(fd, { watchdog, loseWakeUp, startSequence });
   return {
     port,
     liveness: tun,
@@ -151,6 +152,12 @@ describe('thread hand-off stress: reader rings', () => {
       assert.equal(result.stall, undefined, result.stall);
       assert.equal(result.received, ITEMS);
       console.log(`${name}: ${ITEMS} items in ${Math.round(performance.now() - started)} ms`);
+    });
+
+    test(`${name}: sequence numbers across the Int32 wrap-around (the ring starts at 2^31 - 10^4)`, { timeout: 60_000 }, async () => {
+      const result = await stressRing(await make({ startSequence: 2 ** 31 - 10_000 }), 50_000, 7);
+      assert.equal(result.stall, undefined, result.stall);
+      assert.equal(result.received, 50_000);
     });
 
     test(`${name}: the stress test detects a broken notify (one wake-up of the main thread lost)`, { timeout: 60_000 }, async () => {
