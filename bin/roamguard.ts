@@ -14,6 +14,7 @@ const commands: Record<string, () => Promise<Command>> = {
   agent: async () => (await import('./commands/agent.ts')).agent,
   demo: async () => (await import('./commands/demo.ts')).demo,
   status: async () => (await import('./commands/status.ts')).status,
+  health: async () => (await import('./commands/health.ts')).health,
   genkey: async () => (await import('./commands/genkey.ts')).genkey,
   pubkey: async () => (await import('./commands/genkey.ts')).pubkey,
   selftest: async () => (await import('./commands/selftest.ts')).selftest,

@@ -23,6 +23,9 @@ export const DROP_REASONS = [
   'crypto-worker-failed',
   // The floor under the keypair rule: sealing or opening with an all-zero key refused (session/transport.ts)
   'zero-key',
+  // A bounded queue between reading, crypto and writing was full (a peer's batches in flight, or
+  // every crypto worker's queue): dropped instead of held without limit.
+  'queue-full',
 ] as const;
 
 export type DropReason = typeof DROP_REASONS[number];

@@ -6,6 +6,7 @@
  * `createBind` (select-bind.ts) picks one.
  */
 import type { Endpoint } from '../net/endpoint.ts';
+import type { Liveness } from '../watchdog.ts';
 
 export interface BindStats {
   received: number;
@@ -49,4 +50,6 @@ export interface Bind {
   ready?(): Promise<void>;
   close(): Promise<void>;
   readonly stats: BindStats;
+  /** The receive ring's stall watch (dataplane/watchdog.ts), where there is one. */
+  readonly liveness?: Liveness;
 }

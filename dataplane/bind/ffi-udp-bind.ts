@@ -75,6 +75,7 @@ import {
 } from '../sys/libc.ts';
 import { startWorker, waitAsync } from '../sys/threads.ts';
 import type { Bind, BindStats } from './bind.ts';
+import { StallWatch, WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 import type { UdpReaderConfig } from './udp-reader-worker.ts';
 import {
   KERNEL_DROPS, LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
@@ -123,6 +124,15 @@ export interface FfiUdpBindOptions {
    * when the kernel or the path refuses GSO.
    */
   offload?: boolean;
+  /**
+   * Test only: the Nth wake-up (from 1) that the reader's notify brings the waiting main thread
+   * is thrown away, as if that notify had been lost (see the ring stress test).
+   */
+  loseWakeUp?: number;
+  /** The receive ring's stall watchdog (default on); the ring stress test turns it off. */
+  watchdog?: boolean;
+  /** Test only: the ring's first sequence number (e.g. just below 2^31, to cross the wrap-around). */
+  startSequence?: number;
 }
 
 /** BindStats plus what only this bind knows. */
@@ -349,6 +359,8 @@ class Session {
   closed = false;
   /** The reader thread failed (reported once). */
   failed = false;
+  /** Identifies the current wait; a wake-up of an abandoned one (the watchdog's recovery) is ignored. */
+  waitToken = 0;
 
   constructor(
     readonly fd4: number,
@@ -375,9 +387,15 @@ interface V6Entry {
 /** Reader threads of this process that have not exited yet (all FfiUdpBinds). */
 let liveReaders = 0;
 
-export class FfiUdpBind implements Bind {
+export class FfiUdpBind implements Bind, Liveness {
   port = 0;
   readonly stats: FfiBindStats;
+  /** Receive-ring stalls the watchdog found (datagrams in the ring, none taken for STALL_MS). */
+  stalls = 0;
+  onStall: StallHandler | undefined = undefined;
+  private readonly ringWatch = new StallWatch('UDP ring');
+  private watchTimer: ReturnType<typeof setInterval> | undefined;
+  private wakeUps = 0;
 
   /** Reader threads of this process that have not exited yet, for diagnostics and tests. */
   static get readerThreads(): number {
@@ -451,6 +469,36 @@ export class FfiUdpBind implements Bind {
     this.backlogHandler = handler;
   }
 
+  get liveness(): Liveness {
+    return this;
+  }
+
+  get stalledMs(): number {
+    return this.ringWatch.stalledMs(performance.now());
+  }
+
+  /**
+   * The watchdog (every WATCH_INTERVAL_MS while open): datagrams the reader published and the
+   * main thread has not taken for STALL_MS mean its wake-up went astray. Reported once, counted,
+   * recovered by abandoning the wait and pumping now.
+   */
+  private readonly watchRing = (): void => {
+    const session = this.session;
+    if (!session || session.closed || session.failed) return;
+    const header = session.views.header;
+    const written = Atomics.load(header, WRITE_SEQ);
+    const before = this.ringWatch.stalls;
+    const recover = this.ringWatch.check(performance.now(), written !== session.readSeq, session.readSeq, () => ({
+      written, consumed: session.readSeq, slots: session.slots, mainWaiting: Atomics.load(header, MAIN_WAITING) !== 0,
+      pumpScheduled: session.pumpScheduled, state: Atomics.load(header, STATE),
+    }), this.onStall);
+    this.stalls += this.ringWatch.stalls - before;
+    if (recover) {
+      session.waitToken++;
+      this.schedulePump(session);
+    }
+  };
+
   open(port: number): Promise<number> {
     if (!Number.isInteger(port) || port < 0 || port > 65535) return Promise.reject(new Error(`listen port must be 0..65535, got ${port}`));
     const run = this.lifecycle.then(() => this.openNow(port));
@@ -486,8 +534,18 @@ export class FfiUdpBind implements Bind {
       if (wakeFd < 0) throw errnoError('eventfd', libc.errno());
       const buffer = new SharedArrayBuffer(this.ringBytes);
       const session = new Session(fd4, fd6, wakeFd, buffer, this.slots, this.slotSize);
+      if (this.options.startSequence !== undefined) {
+        const start = this.options.startSequence | 0;
+        Atomics.store(session.views.header, WRITE_SEQ, start);
+        Atomics.store(session.views.header, READ_SEQ, start);
+        session.readSeq = start;
+      }
       this.startReader(session);
       this.session = session;
+      if (this.options.watchdog !== false && this.watchTimer === undefined) {
+        this.watchTimer = setInterval(this.watchRing, WATCH_INTERVAL_MS);
+        this.watchTimer.unref?.();
+      }
       this.stats.attach(session.views.header);
       this.port = chosen;
       this.waitForData(session);
@@ -678,6 +736,8 @@ export class FfiUdpBind implements Bind {
     if (!session) return;
     const libc = this.libc!;
     this.session = undefined;
+    if (this.watchTimer !== undefined) clearInterval(this.watchTimer);
+    this.watchTimer = undefined;
     this.port = 0;
     const header = session.views.header;
     const previous = this.stopReader(session);
@@ -707,9 +767,13 @@ export class FfiUdpBind implements Bind {
     const seen = Atomics.load(header, WRITE_SEQ);
     if (seen !== session.readSeq) return this.schedulePump(session);
     Atomics.store(header, MAIN_WAITING, 1);
+    const token = ++session.waitToken;
     const result = waitAsync(header, WRITE_SEQ, seen);
     if (result.async) {
-      void result.value.then(() => this.pump(session));
+      void result.value.then(() => {
+        if (++this.wakeUps === this.options.loseWakeUp) return; // test only: a lost notify
+        if (token === session.waitToken) this.pump(session);
+      });
     } else {
       Atomics.store(header, MAIN_WAITING, 0);
       this.schedulePump(session);

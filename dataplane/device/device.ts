@@ -26,6 +26,7 @@ import { InboundPipeline } from './receive.ts';
 import { DROP_REASONS } from '../drop-counters.ts';
 import type { Peer } from '../session/peer.ts';
 import { STATS_VERSION, type DeviceStats } from '../uapi/uapi-stats.ts';
+import { formatStall, type Liveness } from '../watchdog.ts';
 
 /** How often the timer rules are evaluated; their resolution is far coarser than this. */
 const TICK_INTERVAL_MS = 100;
@@ -42,6 +43,10 @@ export interface DeviceOptions {
   threads?: number;
   /** A ready-made pool (tests); overrides `threads`. The caller closes it (close() does not). */
   pool?: CryptoPool;
+}
+
+function isLiveness(x: unknown): x is Liveness {
+  return typeof x === 'object' && x !== null && typeof (x as Liveness).stalls === 'number' && 'onStall' in x;
 }
 
 export class Device {
@@ -80,6 +85,8 @@ export class Device {
   private readonly inbound: InboundPipeline | undefined;
   /** The pool whose queue `stats()` reports (the worker side of a split pool). */
   private readonly queuedPool: { readonly queueDepth?: number } | undefined;
+  /** The watched hand-offs (crypto pool, TUN reader ring, UDP reader ring): their stalls are logged and counted. */
+  private readonly watched: Liveness[] = [];
   /** Completed handshakes per peer (a removed and re-added peer starts again from zero, as its byte counters do). */
   private readonly handshakes = new WeakMap<Peer, { completed: number; asInitiator: number }>();
 
@@ -112,9 +119,24 @@ export class Device {
     });
     this.givenPool = options.pool;
     const threads = options.threads ?? 0;
-    const workers = options.pool === undefined && threads > 0 ? createWorkerPool(threads) : undefined;
+    const workers = options.pool === undefined && threads > 0
+      ? createWorkerPool(threads, undefined, {
+        onWorkerLost: (message) => this.logger.error(`${message}; its batches were dropped (crypto-worker-failed) and a new worker started`),
+        onFatal: (err) => {
+          // No data plane without crypto workers: end the process (non-zero) so that its
+          // supervisor restarts it, instead of answering `wg show` while forwarding nothing.
+          this.logger.error(`${err.message}: exiting`);
+          queueMicrotask(() => { throw err; });
+        },
+      })
+      : undefined;
     this.pool = options.pool ?? (workers ? new SplitCryptoPool(options.crypto, workers) : undefined);
     this.queuedPool = workers ?? (options.pool as { readonly queueDepth?: number } | undefined);
+    for (const candidate of [this.queuedPool, this.tun.liveness, this.bind.liveness]) {
+      if (!isLiveness(candidate)) continue;
+      candidate.onStall = (report) => this.logger.error(formatStall(report));
+      this.watched.push(candidate);
+    }
     if (this.pool) {
       const batches = new BatchPool(slotSizeForMtu(Math.max(this.tun.mtu, 1500)));
       this.outbound = new OutboundPipeline(this.core, this.bind, this.pool, batches);
@@ -193,11 +215,21 @@ export class Device {
       });
     }
     const depth = this.queuedPool?.queueDepth;
+    let pipelineStalls = 0;
+    let pipelineStalledMs = 0;
+    for (const w of this.watched) {
+      pipelineStalls += w.stalls;
+      pipelineStalledMs = Math.max(pipelineStalledMs, w.stalledMs);
+    }
+    const restarts = (this.queuedPool as { readonly restarts?: unknown } | undefined)?.restarts;
     return {
       version: STATS_VERSION,
       workerThreads: this.pool?.threads ?? 0,
       workerQueueDepth: typeof depth === 'number' && depth > 0 ? depth : 0,
       drops,
+      pipelineStalls,
+      pipelineStalledMs: Math.round(pipelineStalledMs),
+      workerRestarts: typeof restarts === 'number' ? restarts : 0,
       peers,
     };
   }

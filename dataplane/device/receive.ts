@@ -22,13 +22,13 @@
  */
 import type { WireGuardCore, IncomingTransport, Peer } from '../core.ts';
 import type { Endpoint } from '../net/endpoint.ts';
-import type { CryptoPool } from '../pool/crypto-pool.ts';
+import { dropReasonOf, type CryptoPool } from '../pool/crypto-pool.ts';
 import type { Keypair } from '../session/keypair.ts';
 import { BatchPool, BATCH_CAPACITY, type PacketBatch } from '../pool/packet-batch.ts';
 import { MESSAGE_TRANSPORT, TRANSPORT_MIN_SIZE } from '../noise/messages.ts';
 import { openTransport, TRANSPORT_OVERHEAD, ZERO_KEY } from '../session/transport.ts';
 import { SLOT_ZERO_KEY } from '../pool/batch-crypto.ts';
-import { DIRECT_MAX_BYTES } from './send.ts';
+import { DIRECT_MAX_BYTES, MAX_IN_FLIGHT_BATCHES } from './send.ts';
 
 interface InboundBatch {
   peer: Peer;
@@ -134,21 +134,26 @@ export class InboundPipeline {
       this.recycle(pending);
       return;
     }
-    const opened = this.pool.open(pending.batch, pending.keypair.receiveKey);
     const peer = pending.peer;
+    const inFlight = this.inFlight.get(peer) ?? 0;
+    if (inFlight >= MAX_IN_FLIGHT_BATCHES) {
+      // The peer's batches do not come back fast enough (or at all): bounded, see send.ts.
+      this.core.drops.count('queue-full', pending.batch.count);
+      this.recycle(pending);
+      return;
+    }
+    // The outcome as a value; a failed batch still waits for the ones before it (see send.ts).
+    const opened = this.pool.open(pending.batch, pending.keypair.receiveKey).then(() => undefined, (err: unknown) => err ?? new Error('open failed'));
     const previous = this.inOrder.get(peer);
-    this.inFlight.set(peer, (this.inFlight.get(peer) ?? 0) + 1);
-    const done = (previous ? Promise.all([previous, opened]) : opened).then(
-      () => {
-        this.landed(peer);
-        this.deliver(pending);
-      },
-      () => {
-        this.landed(peer);
-        this.core.drops.count('crypto-worker-failed', pending.batch.count);
-        this.recycle(pending);
-      },
-    );
+    this.inFlight.set(peer, inFlight + 1);
+    const step = (failure: unknown) => {
+      this.landed(peer);
+      if (failure === undefined) return this.deliver(pending);
+      this.core.drops.count(dropReasonOf(failure), pending.batch.count);
+      this.recycle(pending);
+    };
+    const after = () => opened;
+    const done = (previous ? previous.then(after, after) : opened).then(step);
     this.inOrder.set(peer, done);
   }
 

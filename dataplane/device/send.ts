@@ -19,7 +19,7 @@
  */
 import type { WireGuardCore, Peer } from '../core.ts';
 import type { Bind } from '../bind/bind.ts';
-import type { CryptoPool } from '../pool/crypto-pool.ts';
+import { dropReasonOf, type CryptoPool } from '../pool/crypto-pool.ts';
 import type { Keypair } from '../session/keypair.ts';
 import { BatchPool, type PacketBatch } from '../pool/packet-batch.ts';
 import { SLOT_ZERO_KEY } from '../pool/batch-crypto.ts';
@@ -30,6 +30,14 @@ import { SLOT_ZERO_KEY } from '../pool/batch-crypto.ts';
  * instead of taking the batch pipeline: see the bench's idle ping.
  */
 export const DIRECT_MAX_BYTES = 256;
+
+/**
+ * Batches of one peer in flight (dispatched, not yet sent or delivered), per direction. Past it
+ * a batch is dropped ('queue-full'): a peer whose batches do not come back (a stalled worker)
+ * must not hold more memory without limit. 128 batches are up to 16384 packets, far more than
+ * the workers need to stay busy.
+ */
+export const MAX_IN_FLIGHT_BATCHES = 128;
 
 interface PendingBatch {
   peer: Peer;
@@ -106,18 +114,31 @@ export class OutboundPipeline {
       this.finished(keypair, batch);
       return;
     }
+    const inFlight = this.inFlight.get(peer) ?? 0;
+    if (inFlight >= MAX_IN_FLIGHT_BATCHES) {
+      this.core.drops.count('queue-full', batch.count);
+      this.finished(keypair, batch);
+      return;
+    }
     const first = keypair.sendNonce;
     keypair.sendNonce += batch.count;
     for (let i = 0; i < batch.count; i++) batch.counters[i] = first + i;
     let sentData = false;
     for (let i = 0; i < batch.count; i++) if (batch.lengths[i] > 0) { sentData = true; break; }
-    const sealed = this.pool.seal(batch, keypair.sendKey, keypair.remoteIndex, this.core.mtu);
+    // The outcome, as a value: a failed batch still waits for the batches before it, so that it
+    // neither lets the next batch overtake them nor returns its memory while they are pending.
+    const sealed = this.pool.seal(batch, keypair.sendKey, keypair.remoteIndex, this.core.mtu).then(() => undefined, (err: unknown) => err ?? new Error('seal failed'));
     const previous = this.inOrder.get(peer);
-    this.inFlight.set(peer, (this.inFlight.get(peer) ?? 0) + 1);
-    const done = (previous ? Promise.all([previous, sealed]) : sealed).then(
-      () => { this.landed(peer); this.transmit(peer, keypair, batch, sentData); },
-      () => { this.landed(peer); this.core.drops.count('crypto-worker-failed', batch.count); this.finished(keypair, batch); },
-    );
+    this.inFlight.set(peer, inFlight + 1);
+    const step = (failure: unknown) => {
+      this.landed(peer);
+      if (failure === undefined) return this.transmit(peer, keypair, batch, sentData);
+      this.core.drops.count(dropReasonOf(failure), batch.count);
+      this.finished(keypair, batch);
+    };
+    // Runs after the previous step even when that one threw, so one bug cannot stop the chain.
+    const after = () => sealed;
+    const done = (previous ? previous.then(after, after) : sealed).then(step);
     this.inOrder.set(peer, done);
   }
 

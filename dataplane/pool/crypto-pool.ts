@@ -19,8 +19,9 @@ import type { PacketBatch } from './packet-batch.ts';
 import {
   COMPLETED, CONTROL_INTS, DONE, MAIN_WAITING, OP_OPEN, OP_SEAL, SHARED_INTS, STATE, STATE_BOOTING, STATE_FAILED, STATE_STOP,
   SUBMITTED, TASK_BYTES, TASK_SLOTS, T_BATCH, T_COUNT, T_KEY, T_MTU, T_OP, T_RECEIVER, T_STATUS,
-  WORKER_WAITING, type BatchRegistration, type CryptoWorkerConfig,
+  WORKER_WAITING, type BatchRegistration, type CryptoWorkerConfig, type WorkerFaults,
 } from './task-ring.ts';
+import { StallWatch, WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 
 export interface CryptoPool {
   readonly threads: number;
@@ -49,6 +50,56 @@ export class InlineCryptoPool implements CryptoPool {
 
 /** How long close() waits for a worker to finish its queue and end before terminating it. */
 const STOP_TIMEOUT_MS = 5000;
+/**
+ * Tasks one worker may hold, ring and backlog together (wireguard-go bounds each of its queues at
+ * 1024 elements). Past it submissions are refused (CryptoPoolError 'queue-full'): a worker that
+ * cannot keep up, or has stopped, must cost dropped packets, not unbounded memory.
+ */
+export const QUEUE_LIMIT = 1024;
+/** More replacements than this within RESTART_WINDOW_MS: the pool gives up (onFatal). */
+const MAX_RESTARTS = 5;
+const RESTART_WINDOW_MS = 60_000;
+/** A worker that has not loaded its crypto providers by then will not (onFatal). */
+const BOOT_TIMEOUT_MS = 60_000;
+
+/** Why the pool refused or failed a task: the drop reason the pipelines count it under. */
+export class CryptoPoolError extends Error {
+  constructor(message: string, readonly reason: 'queue-full' | 'crypto-worker-failed') {
+    super(message);
+  }
+}
+
+/** The drop reason for a rejected seal/open (anything that is not a CryptoPoolError is a worker failure). */
+export function dropReasonOf(err: unknown): 'queue-full' | 'crypto-worker-failed' {
+  return err instanceof CryptoPoolError ? err.reason : 'crypto-worker-failed';
+}
+
+export interface WorkerPoolOptions {
+  /** A stall was detected (once per episode; the device logs it). */
+  onStall?: StallHandler;
+  /** A worker died or was restarted; its in-flight tasks failed. */
+  onWorkerLost?: (message: string) => void;
+  /**
+   * Workers keep dying (or one never starts): the pool cannot do its job. Default: the error is
+   * thrown from a microtask, an uncaught exception that ends the process non-zero, so that its
+   * supervisor restarts it rather than leave a data plane that answers `wg show` and forwards nothing.
+   */
+  onFatal?: (err: Error) => void;
+  /** The stall watchdog (default on); tests of the bare ring protocol turn it off. */
+  watchdog?: boolean;
+  /** Per-worker task bound (default QUEUE_LIMIT). */
+  queueLimit?: number;
+  /** Test-only faults, by worker index, for the first generation of workers (see WorkerFaults). */
+  faults?: readonly (WorkerFaults | undefined)[];
+  /**
+   * Test only: the Nth wake-up (counting from 1) that a worker's notify brings the parked main
+   * thread is thrown away, exactly as if that notify had been lost. Proves that the stress test
+   * and the watchdog see a lost wake-up.
+   */
+  loseWakeUp?: number;
+  /** Test only: the first sequence number of every counter (e.g. just below 2^31, to cross the wrap-around). */
+  startSequence?: number;
+}
 
 interface Pending {
   resolve: (count: number) => void;
@@ -59,6 +110,7 @@ interface Pending {
 interface Backlogged extends Pending {
   op: number;
   batch: PacketBatch;
+  /** A copy of the key (the caller's key may be wiped before the task reaches the ring); zeroed once used. */
   key: Uint8Array;
   receiverIndex: number;
   mtu: number;
@@ -79,26 +131,52 @@ class CryptoWorker {
   /** Promises of the tasks in the ring, in ring order (a queue from `head`). */
   pending: Pending[] = [];
   head = 0;
-  /** Tasks waiting for room in the ring. */
+  /** Tasks waiting for room in the ring (at most queueLimit - TASK_SLOTS). */
   backlog: Backlogged[] = [];
+  /** Takes new tasks (false once it died, was retired or the pool closed). */
   alive = true;
+  /** Its tasks were failed and it was replaced (or is being). */
+  retired = false;
+  /** Batches whose shared memory this worker has been sent. */
+  readonly known = new WeakSet<PacketBatch>();
+  /** Settles once the worker has loaded (or failed to). */
+  started: Promise<void> = Promise.resolve();
+  readonly watch: StallWatch;
 
-  constructor(shared: SharedArrayBuffer) {
+  constructor(readonly index: number, shared: SharedArrayBuffer, faults: WorkerFaults | undefined, start = 0) {
+    // The worker starts from COMPLETED: both sides begin at `start` (0 but in the wrap-around test).
+    this.submitted = this.seen = start;
+    Atomics.store(this.control, SUBMITTED, start);
+    Atomics.store(this.control, COMPLETED, start);
     const { port1, port2 } = new MessageChannel();
     this.port = port1;
-    const config: CryptoWorkerConfig = { control: this.control.buffer as SharedArrayBuffer, tasks: this.tasks, shared, port: port2 };
+    const config: CryptoWorkerConfig = { control: this.control.buffer as SharedArrayBuffer, tasks: this.tasks, shared, port: port2, faults };
     const entry = new URL(`./crypto-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
     this.thread = startWorker(entry, { ...config }, [port2]);
     this.exited = new Promise((resolve) => this.thread.once('exit', () => resolve()));
+    this.watch = new StallWatch(`crypto worker ${index}`);
+  }
+
+  get inRing(): number {
+    return (this.submitted - this.seen) | 0;
   }
 
   get outstanding(): number {
-    return ((this.submitted - this.seen) | 0) + this.backlog.length;
+    return this.inRing + this.backlog.length;
+  }
+
+  get booting(): boolean {
+    return Atomics.load(this.control, STATE) === STATE_BOOTING;
   }
 }
 
-export class WorkerCryptoPool implements CryptoPool {
+export class WorkerCryptoPool implements CryptoPool, Liveness {
   readonly ready: Promise<void>;
+  /** Stalls the watchdog detected, worker replacements, and tasks failed because their worker was lost. */
+  stalls = 0;
+  restarts = 0;
+  lostTasks = 0;
+  onStall: StallHandler | undefined = undefined;
   private readonly workers: CryptoWorker[] = [];
   private readonly shared = new Int32Array(new SharedArrayBuffer(SHARED_INTS * 4));
   private readonly ids = new WeakMap<PacketBatch, number>();
@@ -108,33 +186,58 @@ export class WorkerCryptoPool implements CryptoPool {
     for (const w of this.workers) if (w.alive) w.port.postMessage({ release: id });
   });
   private waiting = false;
+  /** Identifies the current wait; a wake-up of an abandoned one (see recoverCollection) is ignored. */
+  private waitToken = 0;
   /** The DONE count as of the last wake-up. */
   private doneHandled = 0;
   private closed = false;
+  private readonly queueLimit: number;
+  private readonly restartTimes: number[] = [];
+  private readonly watchdog: ReturnType<typeof setInterval> | undefined;
+  private fatalError: Error | undefined;
+  private wakeUps = 0;
 
-  constructor(readonly threads: number = availableParallelism()) {
+  constructor(readonly threads: number = availableParallelism(), private readonly options: WorkerPoolOptions = {}) {
     if (!Number.isInteger(threads) || threads < 1) throw new Error(`crypto worker threads must be >= 1, got ${threads}`);
-    for (let i = 0; i < threads; i++) {
-      const w = new CryptoWorker(this.shared.buffer as SharedArrayBuffer);
-      this.workers.push(w);
-      w.thread.on('error', (err) => this.lost(w, err instanceof Error ? err : new Error(String(err))));
-      w.thread.on('exit', (code) => {
-        if (!this.closed) this.lost(w, new Error(`crypto worker thread exited (code ${code})`));
-      });
+    this.queueLimit = Math.max(TASK_SLOTS, options.queueLimit ?? QUEUE_LIMIT);
+    this.onStall = options.onStall;
+    if (options.startSequence !== undefined) {
+      Atomics.store(this.shared, DONE, options.startSequence | 0);
+      this.doneHandled = options.startSequence | 0;
     }
+    for (let i = 0; i < threads; i++) this.spawn(i, options.faults?.[i]);
     // Each worker reports READY once it has loaded its crypto providers. Terminating a worker in
     // the middle of loading a native addon (koffi) aborts the process, so close() waits for this.
-    this.ready = Promise.all(this.workers.map((w) => this.started(w))).then(() => {});
+    this.ready = Promise.all(this.workers.map((w) => w.started)).then(() => {});
+    if (options.watchdog !== false) {
+      this.watchdog = setInterval(this.watch, WATCH_INTERVAL_MS);
+      this.watchdog.unref?.();
+    }
+  }
+
+  private spawn(index: number, faults: WorkerFaults | undefined): CryptoWorker {
+    const w = new CryptoWorker(index, this.shared.buffer as SharedArrayBuffer, faults, (this.options.startSequence ?? 0) | 0);
+    this.workers[index] = w;
+    w.thread.on('error', (err) => this.lost(w, err instanceof Error ? err : new Error(String(err))));
+    w.thread.on('exit', (code) => {
+      if (!this.closed) this.lost(w, new Error(`crypto worker thread exited (code ${code})`));
+    });
+    w.started = this.started(w);
+    return w;
   }
 
   private async started(w: CryptoWorker): Promise<void> {
+    const deadline = performance.now() + BOOT_TIMEOUT_MS;
     for (;;) {
       const state = Atomics.load(w.control, STATE);
-      if (state !== STATE_BOOTING || !w.alive) return;
+      if (state !== STATE_BOOTING || !w.alive) break;
+      if (performance.now() > deadline) return this.fatal(new Error(`crypto worker ${w.index} did not start within ${BOOT_TIMEOUT_MS} ms`));
       const waiting = waitAsync(w.control, STATE, STATE_BOOTING, 1000);
       if (waiting.async) await waiting.value;
     }
     if (Atomics.load(w.control, STATE) === STATE_FAILED) this.lost(w, new Error('a crypto worker could not load its crypto providers'));
+    // Tasks may have queued in its ring while it loaded.
+    else if (w.outstanding > 0) this.wait();
   }
 
   seal(batch: PacketBatch, key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown> {
@@ -153,16 +256,25 @@ export class WorkerCryptoPool implements CryptoPool {
   }
 
   private submit(op: number, batch: PacketBatch, key: Uint8Array, receiverIndex: number, mtu: number): Promise<number> {
+    // The least loaded worker that runs; one still loading only when no other runs.
     let best: CryptoWorker | undefined;
-    for (const w of this.workers) if (w.alive && (best === undefined || w.outstanding < best.outstanding)) best = w;
-    if (best === undefined || this.closed) return Promise.reject(new Error(this.closed ? 'the crypto pool is closed' : 'no crypto worker is running'));
+    let bestLoad = Infinity;
+    for (const w of this.workers) {
+      if (!w.alive) continue;
+      const load = w.outstanding + (w.booting ? this.queueLimit : 0);
+      if (load < bestLoad) { best = w; bestLoad = load; }
+    }
+    if (best === undefined || this.closed) {
+      return Promise.reject(new CryptoPoolError(this.closed ? 'the crypto pool is closed' : 'no crypto worker is running', 'crypto-worker-failed'));
+    }
     const w = best;
+    if (w.outstanding >= this.queueLimit) return Promise.reject(new CryptoPoolError('every crypto worker queue is full', 'queue-full'));
     return new Promise<number>((resolve, reject) => {
       const count = batch.count;
-      if (((w.submitted - w.seen) | 0) < TASK_SLOTS && w.backlog.length === 0) {
+      if (w.inRing < TASK_SLOTS && w.backlog.length === 0) {
         this.write(w, op, batch, key, receiverIndex, mtu, { resolve, reject, count });
       } else {
-        w.backlog.push({ op, batch, key: key.slice(), receiverIndex, mtu, resolve, reject, count });
+        w.backlog.push({ op, batch, key: key.slice(0, 32), receiverIndex, mtu, resolve, reject, count });
       }
       this.wait();
     });
@@ -175,6 +287,10 @@ export class WorkerCryptoPool implements CryptoPool {
       id = ++this.nextId;
       this.ids.set(batch, id);
       this.forget.register(batch, id);
+    }
+    if (!w.known.has(batch)) {
+      // Sent to each worker the first time it gets the batch (a replacement worker starts with none).
+      w.known.add(batch);
       const registration: BatchRegistration = {
         id,
         data: batch.data.buffer as SharedArrayBuffer,
@@ -182,7 +298,7 @@ export class WorkerCryptoPool implements CryptoPool {
         counters: batch.counters.buffer as SharedArrayBuffer,
         slotSize: batch.slotSize,
       };
-      for (const other of this.workers) if (other.alive) other.port.postMessage(registration);
+      w.port.postMessage(registration);
     }
     const slot = w.submitted & (TASK_SLOTS - 1);
     const words = slot * (TASK_BYTES / 4);
@@ -204,18 +320,22 @@ export class WorkerCryptoPool implements CryptoPool {
   private wait(): void {
     if (this.waiting) return;
     this.waiting = true;
+    const token = ++this.waitToken;
     Atomics.store(this.shared, MAIN_WAITING, 1);
     // Returns at once when a task finished since the last wake-up took its count.
     const result = waitAsync(this.shared, DONE, this.doneHandled);
     if (result.async) {
-      void result.value.then(this.wake);
+      void result.value.then(() => {
+        if (++this.wakeUps === this.options.loseWakeUp) return; // test only: a lost notify
+        if (token === this.waitToken) this.wake();
+      });
     } else {
       Atomics.store(this.shared, MAIN_WAITING, 0);
-      queueMicrotask(this.wake);
+      queueMicrotask(() => { if (token === this.waitToken) this.wake(); });
     }
   }
 
-  private readonly wake = (): void => {
+  private wake(): void {
     this.waiting = false;
     // Read before collecting: a worker publishes COMPLETED before it adds to DONE.
     this.doneHandled = Atomics.load(this.shared, DONE);
@@ -225,10 +345,11 @@ export class WorkerCryptoPool implements CryptoPool {
       outstanding += w.outstanding;
     }
     if (outstanding > 0 && !this.closed) this.wait();
-  };
+  }
 
   /** Settles the promises of the worker's finished tasks, in order, and refills its ring from the backlog. */
   private collect(w: CryptoWorker): void {
+    if (w.retired) return;
     const completed = Atomics.load(w.control, COMPLETED);
     while (w.seen !== completed) {
       const slot = w.seen & (TASK_SLOTS - 1);
@@ -237,34 +358,153 @@ export class WorkerCryptoPool implements CryptoPool {
       w.pending[w.head++] = undefined as unknown as Pending;
       w.seen = (w.seen + 1) | 0;
       if (status === 0) pending.resolve(pending.count);
-      else pending.reject(new Error('crypto worker could not process the batch'));
+      else pending.reject(new CryptoPoolError('crypto worker could not process the batch', 'crypto-worker-failed'));
     }
     if (w.head > 1024 && w.head * 2 > w.pending.length) {
       w.pending = w.pending.slice(w.head);
       w.head = 0;
     }
-    while (w.backlog.length > 0 && ((w.submitted - w.seen) | 0) < TASK_SLOTS) {
+    while (w.backlog.length > 0 && w.inRing < TASK_SLOTS) {
       const b = w.backlog.shift()!;
       this.write(w, b.op, b.batch, b.key, b.receiverIndex, b.mtu, b);
+      b.key.fill(0);
     }
   }
 
-  /** A worker died: its tasks fail, new ones go to the others. */
-  private lost(w: CryptoWorker, err: Error): void {
-    if (!w.alive) return;
-    w.alive = false;
-    for (let i = w.head; i < w.pending.length; i++) w.pending[i]?.reject(err);
-    for (const b of w.backlog) b.reject(err);
+  // --- the watchdog --------------------------------------------------------------------------------
+
+  /**
+   * Every WATCH_INTERVAL_MS: a worker that holds tasks and whose completions the main thread has
+   * not taken for STALL_MS is stalled. Recovery, by what the shared memory shows:
+   * - completions are there but were not collected (the main thread's wake-up was lost):
+   *   abandon the wait and collect now;
+   * - tasks are in the ring and the worker does not finish them: wake it (its wake-up was lost);
+   *   if that did not help one STALL_MS later, it is wedged: terminate it, fail its tasks, start
+   *   a new one.
+   */
+  private readonly watch = (): void => {
+    if (this.closed) return;
+    const now = performance.now();
+    for (const w of this.workers) {
+      if (!w.alive || w.booting) continue;
+      const before = w.watch.stalls;
+      const recover = w.watch.check(now, w.outstanding > 0, w.seen, () => this.stateOf(w), this.onStall);
+      this.stalls += w.watch.stalls - before;
+      if (!recover) continue;
+      const completed = Atomics.load(w.control, COMPLETED);
+      if (completed !== w.seen || (w.backlog.length > 0 && w.inRing < TASK_SLOTS)) {
+        this.recoverCollection();
+      } else if (w.watch.attempts <= 1) {
+        Atomics.notify(w.control, SUBMITTED);
+      } else {
+        void this.restart(w, new Error(`crypto worker ${w.index} stopped taking tasks`));
+      }
+    }
+  };
+
+  /** The longest stall in progress (0 = none). */
+  get stalledMs(): number {
+    const now = performance.now();
+    let longest = 0;
+    for (const w of this.workers) if (w.alive) longest = Math.max(longest, w.watch.stalledMs(now));
+    return longest;
+  }
+
+  /** What a stall report shows of a worker: depths and sequence numbers, no keys. */
+  private stateOf(w: CryptoWorker): Record<string, number | boolean> {
+    return {
+      submitted: w.submitted,
+      collected: w.seen,
+      completed: Atomics.load(w.control, COMPLETED),
+      inRing: w.inRing,
+      backlog: w.backlog.length,
+      workerWaiting: Atomics.load(w.control, WORKER_WAITING) !== 0,
+      done: Atomics.load(this.shared, DONE),
+      doneHandled: this.doneHandled,
+      mainWaiting: Atomics.load(this.shared, MAIN_WAITING) !== 0,
+      waiting: this.waiting,
+    };
+  }
+
+  /** The main thread's wait went astray: forget it and collect now (wake re-arms a new wait). */
+  private recoverCollection(): void {
+    this.waitToken++;
+    this.wake();
+  }
+
+  // --- losing and replacing workers -------------------------------------------------------------------
+
+  /** Fails every task of a worker that is gone (its thread no longer touches their batches). */
+  private failTasks(w: CryptoWorker, err: Error): void {
+    const failure = new CryptoPoolError(err.message, 'crypto-worker-failed');
+    let n = 0;
+    for (let i = w.head; i < w.pending.length; i++) {
+      const p = w.pending[i];
+      if (p) { p.reject(failure); n++; }
+    }
+    for (const b of w.backlog) {
+      b.key.fill(0);
+      b.reject(failure);
+      n++;
+    }
     w.pending = [];
     w.head = 0;
     w.backlog = [];
     w.seen = w.submitted;
+    w.tasks8.fill(0); // the keys of the tasks it never finished
+    this.lostTasks += n;
+  }
+
+  /** A worker died (error or exit): its tasks fail, a new worker takes its place. */
+  private lost(w: CryptoWorker, err: Error): void {
+    if (w.retired) return;
+    w.retired = true;
+    w.alive = false;
+    this.failTasks(w, err);
+    w.port.close();
+    if (this.closed) return;
+    this.options.onWorkerLost?.(`crypto worker ${w.index} lost: ${err.message}`);
+    this.replace(w, err);
+  }
+
+  /** A wedged worker: terminated first, so that it cannot touch a batch after its task failed. */
+  private async restart(w: CryptoWorker, err: Error): Promise<void> {
+    if (w.retired) return;
+    w.retired = true;
+    w.alive = false;
+    await w.thread.terminate().catch(() => 0);
+    this.failTasks(w, err);
+    w.port.close();
+    if (this.closed) return;
+    this.options.onWorkerLost?.(`crypto worker ${w.index} restarted: ${err.message}`);
+    this.replace(w, err);
+  }
+
+  private replace(w: CryptoWorker, err: Error): void {
+    const now = performance.now();
+    while (this.restartTimes.length > 0 && now - this.restartTimes[0] > RESTART_WINDOW_MS) this.restartTimes.shift();
+    if (this.restartTimes.length >= MAX_RESTARTS) {
+      return this.fatal(new Error(`crypto workers keep failing (${MAX_RESTARTS} replacements within ${RESTART_WINDOW_MS / 1000} s; last: ${err.message})`));
+    }
+    this.restartTimes.push(now);
+    this.restarts++;
+    this.spawn(w.index, undefined);
+  }
+
+  private fatal(err: Error): void {
+    if (this.fatalError) return;
+    this.fatalError = err;
+    const onFatal = this.options.onFatal ?? ((e: Error) => queueMicrotask(() => { throw e; }));
+    onFatal(err);
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     await this.ready;
     this.closed = true;
+    if (this.watchdog) clearInterval(this.watchdog);
+    // Replacements started meanwhile must have loaded before they may be terminated.
+    await Promise.all(this.workers.map((w) => w.started));
     for (const w of this.workers) {
       Atomics.store(w.control, STATE, STATE_STOP);
       Atomics.notify(w.control, SUBMITTED);
@@ -275,7 +515,11 @@ export class WorkerCryptoPool implements CryptoPool {
       if ((await Promise.race([w.exited.then(() => 'exited' as const), late])) === 'late') await w.thread.terminate().catch(() => 0);
       clearTimeout(timer);
       this.collect(w);
-      this.lost(w, new Error('the crypto pool is closed'));
+      w.alive = false;
+      if (!w.retired) {
+        w.retired = true;
+        this.failTasks(w, new Error('the crypto pool is closed'));
+      }
       w.port.close();
     }));
   }

@@ -11,7 +11,7 @@ import { selectCrypto } from '../crypto/select.ts';
 import type { Crypto } from '../crypto/primitives.ts';
 import { openBatch, sealBatch, type BatchView } from './batch-crypto.ts';
 import {
-  COMPLETED, DONE, MAIN_WAITING, OP_SEAL, STATE, STATE_FAILED, STATE_READY, STATE_STOP, STATE_STOPPED, SUBMITTED, TASK_BYTES,
+  CONTROL_INTS, COMPLETED, DONE, MAIN_WAITING, OP_SEAL, STATE, STATE_FAILED, STATE_READY, STATE_STOP, STATE_STOPPED, SUBMITTED, TASK_BYTES,
   TASK_SLOTS, T_BATCH, T_COUNT, T_KEY, T_MTU, T_OP, T_RECEIVER, T_STATUS, WORKER_WAITING,
   type BatchRegistration, type BatchRelease, type CryptoWorkerConfig,
 } from './task-ring.ts';
@@ -27,6 +27,8 @@ export function runCryptoWorker(crypto: Crypto, config: CryptoWorkerConfig): voi
   const batches = new Map<number, BatchView>();
   const WORDS = TASK_BYTES / 4;
   const mask = TASK_SLOTS - 1;
+  const faults = config.faults ?? {};
+  let taken = 0;
 
   /** Applies every registration and release waiting on the port. */
   const drainPort = () => {
@@ -62,6 +64,10 @@ export function runCryptoWorker(crypto: Crypto, config: CryptoWorkerConfig): voi
       Atomics.store(control, WORKER_WAITING, 0);
       continue;
     }
+    if (faults.stallAfter !== undefined && taken++ >= faults.stallAfter) {
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0); // wedged: nobody ever notifies this
+    }
+    if (faults.pauseChance !== undefined && Math.random() < faults.pauseChance) Atomics.wait(control, CONTROL_INTS - 1, 0, Math.random() * 0.2);
     const slot = next & mask;
     const w = slot * WORDS;
     let batch = batches.get(tasks32[w + T_BATCH]);

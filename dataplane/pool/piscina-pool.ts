@@ -6,7 +6,7 @@
  */
 import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
-import type { CryptoPool } from './crypto-pool.ts';
+import { CryptoPoolError, QUEUE_LIMIT, type CryptoPool } from './crypto-pool.ts';
 import type { PacketBatch } from './packet-batch.ts';
 import type { PiscinaCryptoTask } from './piscina-worker.ts';
 
@@ -31,6 +31,8 @@ export class PiscinaCryptoPool implements CryptoPool {
   }
 
   private run(batch: PacketBatch, op: 'seal' | 'open', key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown> {
+    // Bounded as the ring pool is (QUEUE_LIMIT per worker); piscina's own queue has no limit.
+    if (this.piscina.queueSize >= QUEUE_LIMIT * this.threads) return Promise.reject(new CryptoPoolError('the piscina task queue is full', 'queue-full'));
     const task: PiscinaCryptoTask = {
       op, key, receiverIndex, mtu,
       data: batch.data.buffer as SharedArrayBuffer,

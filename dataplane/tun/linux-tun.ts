@@ -47,6 +47,7 @@ import {
 import { MAX_COALESCED, VNET_HDR_SIZE, VNET_READ_SIZE, coalesceAndWrite, wordsOf } from './offload.ts';
 import { VNET_READ_REFUSED, VnetReader, type SlotSink } from './vnet-read.ts';
 import { isBun, startWorker, waitAsync } from '../sys/threads.ts';
+import { StallWatch, WATCH_INTERVAL_MS as RING_WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 import type { ReaderConfig } from './reader-worker.ts';
 import {
   DEFAULT_SLOTS, DEVICE_GONE, LAST_ERRNO, MAIN_WAITING, READ_ERRORS, READ_SEQ, SLOT_SIZE, STATE, STATE_BOOTING, STATE_RUNNING,
@@ -121,8 +122,19 @@ function ifreq(name: string): Uint8Array {
   return ifr;
 }
 
-export class LinuxTun implements Tun {
+export class LinuxTun implements Tun, Liveness {
   readonly stats: LinuxTunStats;
+  /** Reader-ring stalls the watchdog found (packets in the ring, none taken for STALL_MS). */
+  stalls = 0;
+  onStall: StallHandler | undefined = undefined;
+  private readonly ringWatch = new StallWatch('TUN ring');
+  private ringTimer: ReturnType<typeof setInterval> | undefined;
+  /** Identifies the current wait; a wake-up of an abandoned one (the watchdog's recovery) is ignored. */
+  private waitToken = 0;
+  private wakeUps = 0;
+  /** Test only: the Nth wake-up of the waiting main thread is thrown away (a lost notify). */
+  private loseWakeUp: number | undefined;
+  private watchdogEnabled = true;
   /** The reader in use (see OpenTunOptions.reader). */
   readonly reader: TunReader;
   /** Why the device closed by itself (device deleted, reader failure); undefined otherwise. */
@@ -223,6 +235,28 @@ export class LinuxTun implements Tun {
     return tun;
   }
 
+  /**
+   * Test only: the worker reader over any readable, non-blocking descriptor that returns one
+   * "packet" per read (a datagram socket), so that the ring hand-off is tested without root and
+   * without a TUN device. The object owns `fd` (close() closes it); it has no MTU or sysfs entry.
+   */
+  static async overDescriptorForTests(fd: number, options: { watchdog?: boolean; loseWakeUp?: number; startSequence?: number } = {}): Promise<LinuxTun> {
+    const libc = await loadLibc();
+    const tun = new LinuxTun(libc, fd, -1, 'test-descriptor', undefined, false, 0);
+    if (options.startSequence !== undefined) {
+      // The ring's first sequence number, e.g. just below 2^31 to cross the wrap-around.
+      const start = options.startSequence | 0;
+      Atomics.store(tun.ring.header, WRITE_SEQ, start);
+      Atomics.store(tun.ring.header, READ_SEQ, start);
+      tun.readSeq = start;
+    }
+    tun.watchdogEnabled = options.watchdog !== false;
+    tun.loseWakeUp = options.loseWakeUp;
+    if (tun.watchTimer) clearInterval(tun.watchTimer); // no interface to watch
+    tun.watchTimer = undefined;
+    return tun;
+  }
+
   get mtu(): number {
     if (this.closed) return this.lastMtu;
     const ifr = ifreq(this.name);
@@ -254,6 +288,10 @@ export class LinuxTun implements Tun {
     const entry = new URL(`./reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
     const worker = startWorker(entry, { ...config });
     this.worker = worker;
+    if (this.watchdogEnabled) {
+      this.ringTimer = setInterval(this.watchRing, RING_WATCH_INTERVAL_MS);
+      this.ringTimer.unref?.();
+    }
     worker.on('error', (err) => this.fail(err instanceof Error ? err : new Error(String(err))));
     worker.on('exit', (code) => {
       if (this.closed || this.gone) return;
@@ -332,11 +370,13 @@ export class LinuxTun implements Tun {
     this.closed = true;
     if (this.watchTimer) clearInterval(this.watchTimer);
     this.watchTimer = undefined;
+    if (this.ringTimer) clearInterval(this.ringTimer);
+    this.ringTimer = undefined;
     this.pollHandle?.close(); // stops watching (epoll) before the fd is closed
     this.pollHandle = undefined;
     this.stopReader();
     this.libc.close(this.fd);
-    this.libc.close(this.ctlFd);
+    if (this.ctlFd >= 0) this.libc.close(this.ctlFd);
     if (this.wakeFd >= 0) this.libc.close(this.wakeFd);
     this.wakeFd = -1;
     // Settles a pending Atomics.waitAsync of the main thread, so nothing is left waiting.
@@ -377,14 +417,48 @@ export class LinuxTun implements Tun {
     const seen = Atomics.load(header, WRITE_SEQ);
     if (seen !== this.readSeq || Atomics.load(header, DEVICE_GONE) === 1) return this.schedulePump();
     Atomics.store(header, MAIN_WAITING, 1);
+    const token = ++this.waitToken;
     const result = waitAsync(header, WRITE_SEQ, seen);
     if (result.async) {
-      result.value.then(this.pump);
+      void result.value.then(() => {
+        if (++this.wakeUps === this.loseWakeUp) return; // test only: a lost notify
+        if (token === this.waitToken) this.pump();
+      });
     } else {
       Atomics.store(header, MAIN_WAITING, 0);
       this.schedulePump();
     }
   }
+
+  get liveness(): Liveness | undefined {
+    return this.reader === 'worker' ? this : undefined;
+  }
+
+  get stalledMs(): number {
+    return this.ringWatch.stalledMs(performance.now());
+  }
+
+  /**
+   * The watchdog (every RING_WATCH_INTERVAL_MS while the worker reader runs): packets the reader
+   * published and the main thread has not taken for STALL_MS mean its wake-up went astray.
+   * Reported once, counted, recovered by abandoning the wait and pumping now. (The reader's own
+   * wait for room is bounded already: Atomics.wait with a 1 s timeout.)
+   */
+  private readonly watchRing = (): void => {
+    if (this.closed) return;
+    const header = this.ring.header;
+    const written = Atomics.load(header, WRITE_SEQ);
+    const before = this.ringWatch.stalls;
+    const recover = this.ringWatch.check(performance.now(), written !== this.readSeq, this.readSeq, () => ({
+      written, consumed: this.readSeq, slots: DEFAULT_SLOTS, mainWaiting: Atomics.load(header, MAIN_WAITING) !== 0,
+      pumpScheduled: this.pumpScheduled, state: Atomics.load(header, STATE),
+    }), this.onStall);
+    this.stalls += this.ringWatch.stalls - before;
+    if (recover) {
+      this.waitToken++;
+      this.schedulePump();
+    }
+  };
 
   /** Runs the pump from the macrotask queue, so a steady stream of packets cannot starve other I/O. */
   private schedulePump(): void {

@@ -7,6 +7,8 @@
  * turn binds libc through koffi on Node or bun:ffi on Bun.
  */
 
+import type { Liveness } from '../watchdog.ts';
+
 export interface TunStats {
   /** Packets delivered to the `start` handler. */
   readPackets: number;
@@ -21,6 +23,8 @@ export interface TunStats {
 export interface Tun {
   /** The actual interface name (what the kernel picked when the requested name contained %d). */
   readonly name: string;
+  /** The reader ring's stall watch (dataplane/watchdog.ts), where there is one. */
+  readonly liveness?: Liveness;
   /** The interface's current MTU (as the kernel reports it, so also after `ip link set mtu`). */
   readonly mtu: number;
   /** Sets the interface MTU. Throws when the kernel refuses (e.g. out of range). */

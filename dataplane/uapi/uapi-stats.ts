@@ -27,6 +27,9 @@
  *   worker_queue_depth=0          batches waiting for a crypto worker
  *   drop.bad-mac1=0               one line per drop reason (dataplane/drop-counters.ts), zeros too
  *   ...
+ *   pipeline_stalls=0             stalls the watchdog detected (dataplane/watchdog.ts), recovered or not
+ *   pipeline_stalled_ms=0         how long the current stall has lasted (0 = none): what a liveness probe reads
+ *   worker_restarts=0             crypto workers replaced after they died or wedged
  *   public_key=<hex>
  *   rx_bytes=... / tx_bytes=...   as in get=1 (one consistent snapshot)
  *   handshake_attempts=N          initiations sent
@@ -73,6 +76,12 @@ export interface DeviceStats {
   workerQueueDepth: number;
   /** Dropped packets by reason (every reason the daemon knows, zeros included). */
   drops: Record<string, number>;
+  /** Stalls the watchdog detected in the crypto pool and the reader rings (absent: an older daemon). */
+  pipelineStalls?: number;
+  /** How long the stall in progress has lasted, 0 when none is (absent: an older daemon). */
+  pipelineStalledMs?: number;
+  /** Crypto workers replaced after they died or wedged. */
+  workerRestarts?: number;
   peers: PeerStats[];
 }
 
@@ -96,6 +105,9 @@ export function formatStatsResponse(stats: DeviceStats): string {
     if (!/^[a-z0-9-]{1,64}$/.test(reason)) continue; // never emit a line the parser cannot read back
     out.push(`drop.${reason}=${counter(n)}`);
   }
+  if (stats.pipelineStalls !== undefined) out.push(`pipeline_stalls=${counter(stats.pipelineStalls)}`);
+  if (stats.pipelineStalledMs !== undefined) out.push(`pipeline_stalled_ms=${counter(stats.pipelineStalledMs)}`);
+  if (stats.workerRestarts !== undefined) out.push(`worker_restarts=${counter(stats.workerRestarts)}`);
   for (const peer of stats.peers) {
     out.push(
       `public_key=${keyToHex(peer.publicKey)}`,
@@ -161,6 +173,9 @@ export function parseStatsResponse(text: string): StatsParseResult {
         else if (key === 'worker_threads') stats.workerThreads = unsigned(key, value);
         else if (key === 'worker_queue_depth') stats.workerQueueDepth = unsigned(key, value);
         else if (key.startsWith('drop.') && key.length > 5) stats.drops[key.slice(5)] = unsigned(key, value);
+        else if (key === 'pipeline_stalls') stats.pipelineStalls = unsigned(key, value);
+        else if (key === 'pipeline_stalled_ms') stats.pipelineStalledMs = unsigned(key, value);
+        else if (key === 'worker_restarts') stats.workerRestarts = unsigned(key, value);
         continue;
       }
       switch (key) {

@@ -9,18 +9,21 @@ import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 
-export async function makeDevicePair(crypto: Crypto, options: Pick<DeviceOptions, 'pool' | 'timings' | 'clock'> = {}) {
+type PairOptions = Pick<DeviceOptions, 'pool' | 'timings' | 'logger' | 'clock'>;
+
+/** `options` apply to both devices; `only` to one of them (e.g. a different pool for B). */
+export async function makeDevicePair(crypto: Crypto, options: PairOptions = {}, only: { a?: PairOptions; b?: PairOptions } = {}) {
   const network = new MemoryNetwork();
-  const make = async (host: string) => {
+  const make = async (host: string, own: PairOptions | undefined) => {
     const tun = new MemoryTun('rgmem0', 1420);
     const bind = network.bind(host);
-    const device = new Device({ tun, bind, crypto, ...options });
+    const device = new Device({ tun, bind, crypto, ...options, ...own });
     device.core.setPrivateKey(generatePrivateKey(crypto));
     await device.start(0);
     return { tun, bind, device };
   };
-  const a = await make('192.0.2.1');
-  const b = await make('192.0.2.2');
+  const a = await make('192.0.2.1', only.a);
+  const b = await make('192.0.2.2', only.b);
   a.device.core.addPeer(b.device.core.ourPublicKey!, { endpoint: new Endpoint('192.0.2.2', b.bind.port), allowedIps: ['10.0.0.2/32'] });
   b.device.core.addPeer(a.device.core.ourPublicKey!, { endpoint: new Endpoint('192.0.2.1', a.bind.port), allowedIps: ['10.0.0.1/32'] });
   return { network, a, b, close: async () => { await a.device.close(); await b.device.close(); } };

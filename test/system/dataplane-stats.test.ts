@@ -11,11 +11,14 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { keyToBase64 } from '../../dataplane/noise/keys.ts';
 import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import { createPair, run, Scope, waitFor, WG_SOCKET_DIR } from './netns.ts';
 import { assertPing, describeTunnel, INNER, requireDaemonPrerequisites, startTunnel, type Tunnel } from './userspace-wg.ts';
 
+const ROAMGUARD = fileURLToPath(new URL('../../bin/roamguard', import.meta.url));
 const scope = new Scope();
 let tunnel: Tunnel;
 
@@ -35,6 +38,11 @@ describe('data plane counters over the control socket', { timeout: 120_000 }, ()
     assert.equal(stats.version, 1);
     assert.equal(stats.workerThreads, 1);
     assert.equal(stats.workerQueueDepth, 0);
+    // The watchdog's counters (dataplane/watchdog.ts): a healthy daemon has seen no stall.
+    assert.equal(stats.pipelineStalls, 0);
+    assert.equal(stats.pipelineStalledMs, 0);
+    assert.equal(stats.workerRestarts, 0);
+    assert.ok('queue-full' in stats.drops && 'crypto-worker-failed' in stats.drops);
     assert.ok('bad-mac1' in stats.drops && 'replay' in stats.drops && 'no-route' in stats.drops && 'allowed-ips-mismatch' in stats.drops, JSON.stringify(stats.drops));
     assert.equal(stats.peers.length, 1);
     const peer = stats.peers[0];
@@ -66,6 +74,17 @@ describe('data plane counters over the control socket', { timeout: 120_000 }, ()
     const snapshot = await client.get();
     assert.equal(keyToBase64(snapshot.peers[0].publicKey), tunnel.keysA.publicKey);
     assert.ok(tunnel.b.process.running, 'wireguard-go still runs');
+  });
+
+  test('the liveness probe (`roamguard health`, deploy/roamguard.yaml) passes against the running daemon and fails without one', async () => {
+    const probe = (ifname: string) => new Promise<number>((resolve) => {
+      execFile(ROAMGUARD, ['health', '--max-stall', '10', ifname], { env: { ...process.env, WG_SOCKET_DIR }, timeout: 30_000 }, (err) => {
+        resolve(err === null ? 0 : typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : -1);
+      });
+    });
+    assert.equal(await probe(tunnel.a.ifname), 0, 'a healthy roamguard daemon');
+    assert.equal(await probe(tunnel.b.ifname), 0, 'wireguard-go: judged by its answer');
+    assert.equal(await probe('rgt-nothing'), 1, 'no daemon');
   });
 
   test('`wg show` works unchanged and lists no extra interface', async () => {

@@ -109,7 +109,8 @@ describe('deploy/roamguard.yaml', () => {
     assert.deepEqual(agent.args, ['agent']);
     const ifname = agent.env.find((e: { name: string }) => e.name === 'WG_INTERFACE').value;
     assert.deepEqual(dataplane.args, ['wg', '-f', ifname]);
-    assert.deepEqual(dataplane.livenessProbe.exec.command, ['wg', 'show', ifname, 'listen-port']);
+    // The probe sees a stalled pipeline, not only an answering socket (bin/commands/health.ts).
+    assert.deepEqual(dataplane.livenessProbe.exec.command, ['roamguard', 'health', '--max-stall', '10', ifname]);
     assert.equal(agent.securityContext.privileged, true);
     assert.ok(dataplane.securityContext.privileged === true || dataplane.securityContext.capabilities.add.includes('NET_ADMIN'));
     const volumes = new Map(pod.volumes.map((v: { name: string; hostPath: { path: string } }) => [v.name, v.hostPath.path]));
