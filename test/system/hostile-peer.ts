@@ -25,13 +25,12 @@
  *
  * Keys travel over stdin, never on the command line.
  */
-import { createInterface } from 'node:readline';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Namespace, NsProcess, Scope } from './netns.ts';
 import { waitFor } from './netns.ts';
 import { internetChecksum } from './packets.ts';
-import { serveCommands } from './child-commands.ts';
+import { CommandChannel, serveCommands, type CommandReply } from './child-commands.ts';
 
 export const HOSTILE_PATH = fileURLToPath(import.meta.url);
 const REPO_ROOT = resolve(dirname(HOSTILE_PATH), '..', '..');
@@ -123,7 +122,7 @@ export type HostileCommand =
   | { cmd: 'stats' }
   | { cmd: 'quit' };
 
-type Result = { id: number; ok: true; [key: string]: unknown } | { id: number; ok: false; error: string };
+type Result = CommandReply;
 
 // ---------------------------------------------------------------------------------------------
 // test-side client
@@ -132,20 +131,10 @@ export class HostilePeer {
   ports: Record<string, number> = {};
   insiderPublicKey = '';
   floodPeerKeys: string[] = [];
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (r: Result) => void; reject: (e: Error) => void }>();
+  private readonly channel: CommandChannel<HostileCommand>;
 
   private constructor(readonly process: NsProcess) {
-    createInterface({ input: process.child.stdout! }).on('line', (line) => {
-      let msg: Result;
-      try { msg = JSON.parse(line) as Result; } catch { return; }
-      const p = this.pending.get(msg.id);
-      if (p) { this.pending.delete(msg.id); p.resolve(msg); }
-    });
-    void process.exited.then(() => {
-      for (const p of this.pending.values()) p.reject(new Error(`hostile peer exited\n${this.process.describe()}`));
-      this.pending.clear();
-    });
+    this.channel = new CommandChannel(process, 'hostile peer');
   }
 
   /** Spawns the script in `ns` (stopped at scope cleanup) and initialises it. */
@@ -161,22 +150,8 @@ export class HostilePeer {
     return peer;
   }
 
-  async request(command: HostileCommand, timeoutMs = 15_000): Promise<Extract<Result, { ok: true }>> {
-    if (!this.process.running) throw new Error(`hostile peer is not running\n${this.process.describe()}`);
-    const id = this.nextId++;
-    const result = await new Promise<Result>((resolvePromise, reject) => {
-      const timer = setTimeout(() => {
-        this.pending.delete(id);
-        reject(new Error(`hostile peer: no answer to ${command.cmd} within ${timeoutMs} ms\n${this.process.describe()}`));
-      }, timeoutMs);
-      this.pending.set(id, {
-        resolve: (r) => { clearTimeout(timer); resolvePromise(r); },
-        reject: (e) => { clearTimeout(timer); reject(e); },
-      });
-      this.process.child.stdin!.write(`${JSON.stringify({ id, ...command })}\n`);
-    });
-    if (!result.ok) throw new Error(`hostile peer: ${command.cmd} failed: ${result.error}\n${this.process.describe()}`);
-    return result;
+  request(command: HostileCommand, timeoutMs = 15_000): Promise<Extract<CommandReply, { ok: true }>> {
+    return this.channel.request(command, timeoutMs);
   }
 
   async handshake(timeoutMs = 10_000): Promise<void> {
@@ -219,7 +194,7 @@ export class HostilePeer {
   async quit(): Promise<void> {
     if (this.process.running) {
       try {
-        this.process.child.stdin!.write(`${JSON.stringify({ id: this.nextId++, cmd: 'quit' })}\n`);
+        this.process.child.stdin!.write(`${JSON.stringify({ id: 0, cmd: 'quit' })}\n`); // answered by exiting
         await Promise.race([this.process.exited, new Promise((r) => setTimeout(r, 2000))]);
       } catch { /* stop below */ }
     }

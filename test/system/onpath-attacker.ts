@@ -26,11 +26,10 @@
  * them. The FFI is the project's libc binding (dataplane/sys/libc.ts: koffi on Node); the packet
  * socket constants, which the data plane never needs, are defined here.
  */
-import { createInterface } from 'node:readline';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Namespace, NsProcess, Scope } from './netns.ts';
-import { serveCommands } from './child-commands.ts';
+import { CommandChannel, serveCommands, type CommandReply } from './child-commands.ts';
 
 export const ATTACKER_PATH = fileURLToPath(import.meta.url);
 const REPO_ROOT = resolve(dirname(ATTACKER_PATH), '..', '..');
@@ -96,26 +95,16 @@ export type AttackerCommand =
   | { cmd: 'stats' }
   | { cmd: 'quit' };
 
-type Result = { id: number; ok: true; [key: string]: unknown } | { id: number; ok: false; error: string };
+type Result = CommandReply;
 
 // ---------------------------------------------------------------------------------------------
 // test-side client
 
 export class OnPathAttacker {
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (r: Result) => void; reject: (e: Error) => void }>();
+  private readonly channel: CommandChannel<AttackerCommand>;
 
   private constructor(readonly process: NsProcess) {
-    createInterface({ input: process.child.stdout! }).on('line', (line) => {
-      let msg: Result;
-      try { msg = JSON.parse(line) as Result; } catch { return; }
-      const p = this.pending.get(msg.id);
-      if (p) { this.pending.delete(msg.id); p.resolve(msg); }
-    });
-    void process.exited.then(() => {
-      for (const p of this.pending.values()) p.reject(new Error(`on-path attacker exited\n${this.process.describe()}`));
-      this.pending.clear();
-    });
+    this.channel = new CommandChannel(process, 'on-path attacker');
   }
 
   /** Spawns the script in the router's namespace `ns` (stopped at scope cleanup); it starts sniffing at once. */
@@ -128,22 +117,8 @@ export class OnPathAttacker {
     return attacker;
   }
 
-  private async request(command: AttackerCommand, timeoutMs = 15_000): Promise<Extract<Result, { ok: true }>> {
-    if (!this.process.running) throw new Error(`on-path attacker is not running\n${this.process.describe()}`);
-    const id = this.nextId++;
-    const result = await new Promise<Result>((resolvePromise, reject) => {
-      const timer = setTimeout(() => {
-        this.pending.delete(id);
-        reject(new Error(`on-path attacker: no answer to ${command.cmd} within ${timeoutMs} ms\n${this.process.describe()}`));
-      }, timeoutMs);
-      this.pending.set(id, {
-        resolve: (r) => { clearTimeout(timer); resolvePromise(r); },
-        reject: (e) => { clearTimeout(timer); reject(e); },
-      });
-      this.process.child.stdin!.write(`${JSON.stringify({ id, ...command })}\n`);
-    });
-    if (!result.ok) throw new Error(`on-path attacker: ${command.cmd} failed: ${result.error}\n${this.process.describe()}`);
-    return result;
+  private request(command: AttackerCommand, timeoutMs = 15_000): Promise<Extract<CommandReply, { ok: true }>> {
+    return this.channel.request(command, timeoutMs);
   }
 
   /** Forges for `seconds` (sniffing goes on throughout); resolves with the tally. */
