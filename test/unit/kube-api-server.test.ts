@@ -385,7 +385,7 @@ describe('loadKubeConfig', () => {
     let r = resolveKubeConfig({ apiServer: 'https://10.0.0.1:6443/', env: { KUBECONFIG: kubeconfig, ...inCluster }, pathPrefix: saPrefix });
     assert.equal(r.source, 'api-server');
     assert.equal(r.server, 'https://10.0.0.1:6443');
-    assert.equal(r.credentials, 'kubeconfig');
+    assert.equal(r.credentials, 'none', 'the kubeconfig user has no credentials');
     assert.equal(r.kubeConfig.getCurrentCluster()?.server, 'https://10.0.0.1:6443');
 
     r = resolveKubeConfig({ apiServer: 'https://10.0.0.1:6443', env: inCluster, pathPrefix: saPrefix });
@@ -409,6 +409,23 @@ describe('loadKubeConfig', () => {
     assert.equal(r.credentials, 'none');
     assert.equal(r.kubeConfig.getCurrentCluster()?.skipTLSVerify, true, 'client-node requires it for http://');
     assert.ok(loadKubeConfig({ apiServer: 'http://127.0.0.1:8080', env: {}, pathPrefix: path.join(dir, 'none') }) instanceof KubeConfig);
+  });
+
+  test('plain http:// is refused whenever credentials would be sent, naming the setting', () => {
+    const withToken = path.join(dir, 'kubeconfig-token');
+    fs.writeFileSync(withToken, kubeConfigFor('http://127.0.0.1:1').replace('  user: {}', '  user:\n    token: secret-token'));
+    const none = path.join(dir, 'none');
+    // A kubeconfig whose server is http:// and whose user has a token.
+    assert.throws(() => loadKubeConfig({ env: { KUBECONFIG: withToken } }), (err: Error) => /^KUBECONFIG \(.*kubeconfig-token, cluster .*\): API server http:\/\/127\.0\.0\.1:1 is plain http:\/\/ and the kubeconfig user's credentials would be sent in clear; use https:\/\/$/.test(err.message) && !err.message.includes('secret-token'));
+    // KUBE_API_SERVER http:// with that kubeconfig, or with the service account token.
+    assert.throws(() => loadKubeConfig({ apiServer: 'http://10.0.0.1:8080', env: { KUBECONFIG: withToken } }), /^Error: KUBE_API_SERVER: API server http:\/\/10\.0\.0\.1:8080 is plain http:\/\/ and the kubeconfig user's credentials/);
+    assert.throws(() => loadKubeConfig({ apiServer: 'http://10.0.0.1:8080', env: {}, pathPrefix: saPrefix }), /^Error: KUBE_API_SERVER: .*the service account token would be sent in clear/);
+    // In-cluster on a port client-node treats as plain HTTP.
+    assert.throws(() => loadKubeConfig({ env: { KUBERNETES_SERVICE_HOST: '10.96.0.1', KUBERNETES_SERVICE_PORT: '8080' }, pathPrefix: saPrefix }), /^Error: KUBERNETES_SERVICE_HOST\/KUBERNETES_SERVICE_PORT: API server http:\/\/10\.96\.0\.1:8080 .*service account token/);
+    // https:// with the same credentials, and http:// without any, still work.
+    assert.equal(resolveKubeConfig({ apiServer: 'https://10.0.0.1:6443', env: { KUBECONFIG: withToken } }).credentials, 'kubeconfig');
+    assert.equal(resolveKubeConfig({ apiServer: 'http://10.0.0.1:8080', env: {}, pathPrefix: none }).credentials, 'none');
+    assert.equal(resolveKubeConfig({ env: { KUBECONFIG: kubeconfig } }).server, 'http://127.0.0.1:1');
   });
 
   test('clear errors when nothing works', () => {
