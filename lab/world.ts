@@ -19,7 +19,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { cniAdd } from '../control/host/cni-exec.ts';
 import { netnsRunner } from '../control/host/runner.ts';
-import { KubeApiServer } from '../control/kube/api-server.ts';
+import { KubeApiServer } from './kube-api-server.ts';
 import { parseSocketAddress, startRelay } from './socket-relay.ts';
 import { type Namespace, type NsProcess, type Scope, uniqueName, waitFor, WG_SOCKET_DIR } from './netns.ts';
 

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ApiException, CoreV1Api, KubeConfig, Watch } from '@kubernetes/client-node';
-import { KubeApiServer, applyMergePatch, kubeConfigFor, type JsonValue } from '../../control/kube/api-server.ts';
+import { KubeApiServer, applyMergePatch, kubeConfigFor, type JsonValue } from '../../lab/kube-api-server.ts';
 import { NodeApiError, patchNodeAnnotations, readNode } from '../../control/kube/node-patch.ts';
 import { loadKubeConfig, resolveKubeConfig, SERVICE_ACCOUNT_DIR } from '../../control/kube/kube-config.ts';
 

@@ -1,5 +1,6 @@
 /**
- * A small Kubernetes-API-compatible HTTP server for Node objects, for tests and the local demo.
+ * A small Kubernetes-API-compatible HTTP server for Node objects, for tests and the local demo
+ * (not the agent's: it lives with the lab).
  *
  * It speaks just enough of kube-apiserver's wire protocol for @kubernetes/client-node (and
  * kubectl) to list, get, watch, create, replace, merge-patch and delete `/api/v1/nodes`:
