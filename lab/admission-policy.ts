@@ -9,8 +9,12 @@
  * validations (each must be true; the first false one's reason and message decide the answer),
  * failurePolicy Fail (an expression that errors or yields a non-bool denies). Not modelled:
  * params, namespace/object selectors, messageExpression, auditAnnotations, type checking.
+ *
+ * Tests only (its CEL library and yaml are devDependencies): the demo never imports it.
  */
+import { readFileSync } from 'node:fs';
 import { evaluate } from '@marcbachmann/cel-js';
+import { parseAllDocuments } from 'yaml';
 
 export interface UserInfo {
   username: string;
@@ -105,4 +109,20 @@ export function admit(policy: ValidatingAdmissionPolicy, request: AdmissionReque
     if (!result) return denied(validation.reason, validation.message ?? `failed expression: ${validation.expression}`);
   }
   return { matched: true, allowed: true };
+}
+
+/** deploy/roamguard.yaml (or `manifestPath`): its ValidatingAdmissionPolicy and the binding's name. */
+export function loadDeployPolicy(manifestPath = new URL('../deploy/roamguard.yaml', import.meta.url)): { policy: ValidatingAdmissionPolicy; bindingName: string } {
+  const docs = parseAllDocuments(readFileSync(manifestPath, 'utf8')).map((d) => d.toJS() as { kind?: string; metadata?: { name: string }; spec?: { policyName?: string } } | null);
+  const policy = docs.find((d) => d?.kind === 'ValidatingAdmissionPolicy') as unknown as ValidatingAdmissionPolicy | undefined;
+  if (!policy) throw new Error(`${String(manifestPath)}: no ValidatingAdmissionPolicy`);
+  const binding = docs.find((d) => d?.kind === 'ValidatingAdmissionPolicyBinding' && d.spec?.policyName === policy.metadata.name);
+  if (!binding) throw new Error(`${String(manifestPath)}: no binding for policy ${policy.metadata.name}`);
+  return { policy, bindingName: binding.metadata!.name };
+}
+
+/** An admission hook for the lab's API server that enforces deploy/roamguard.yaml's policy. */
+export function deployPolicyAdmission(manifestPath?: URL): (request: AdmissionRequest) => AdmissionDecision {
+  const { policy, bindingName } = loadDeployPolicy(manifestPath);
+  return (request) => admit(policy, request, bindingName);
 }
