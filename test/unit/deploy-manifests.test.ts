@@ -150,6 +150,7 @@ describe('deploy/roamguard.yaml', () => {
     const [tokenVolume] = projected;
     assert.deepEqual(tokenVolume.projected.sources.map((s: Record<string, unknown>) => Object.keys(s)[0]), ['serviceAccountToken', 'configMap', 'downwardAPI']);
     assert.equal(tokenVolume.projected.sources[0].serviceAccountToken.path, 'token');
+    assert.equal(tokenVolume.projected.defaultMode, 0o400, 'readable by root only');
     assert.equal(tokenVolume.projected.sources[1].configMap.items[0].path, 'ca.crt');
     const holders = pod.containers.filter((c: { volumeMounts: Array<{ name: string }> }) => c.volumeMounts.some((m) => m.name === tokenVolume.name));
     assert.deepEqual(holders.map((c: { name: string }) => c.name), ['agent']);
