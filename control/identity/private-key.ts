@@ -32,9 +32,11 @@ export function loadOrCreatePrivateKey(path: string, generate: () => Uint8Array 
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw new KeyFileError(`private key ${path}: ${(err as Error).message}`);
   }
   if (mode === undefined) {
-    const created = createKeyFile(path, generate());
-    if (created !== undefined) return { privateKey: created, created: true };
-    // Another start created the file meanwhile: that key is this node's, read below.
+    const key = generate();
+    if (createKeyFile(path, key)) return { privateKey: key, created: true };
+    // Another start created the file meanwhile: that key is this node's, read below; ours is
+    // never used.
+    key.fill(0);
     mode = statSync(path).mode;
   }
   if ((mode & 0o170000) !== 0o100000) throw new KeyFileError(`private key ${path} is not a regular file`);
@@ -58,12 +60,12 @@ export function loadOrCreatePrivateKey(path: string, generate: () => Uint8Array 
 /**
  * Writes the key under a fresh random name in the key's directory, fsyncs it, then hard-links it
  * to `path` and fsyncs the directory. link(2), unlike rename(2), fails when `path` exists, so a key
- * another start created meanwhile is never replaced (returns undefined: read that one). The
+ * another start created meanwhile is never replaced (returns false: read that one). The
  * temporary name is random, never reused: a crash at any point leaves at worst an unused 0600
  * file that no later start trips over (a name derived from the PID did: in a container the agent
  * is PID 1 on every start). Our temporary name is removed on every path out.
  */
-function createKeyFile(path: string, key: Uint8Array): Uint8Array | undefined {
+function createKeyFile(path: string, key: Uint8Array): boolean {
   const dir = dirname(path);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const tmp = join(dir, `.${basename(path)}.tmp-${randomBytes(8).toString('hex')}`);
@@ -79,7 +81,7 @@ function createKeyFile(path: string, key: Uint8Array): Uint8Array | undefined {
     try {
       linkSync(tmp, path);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'EEXIST') return undefined;
+      if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
       throw err;
     }
   } catch (err) {
@@ -99,5 +101,5 @@ function createKeyFile(path: string, key: Uint8Array): Uint8Array | undefined {
   } finally {
     closeSync(dirFd);
   }
-  return key;
+  return true;
 }

@@ -63,11 +63,13 @@ describe('private key file', () => {
     mkdirSync(sub, { mode: 0o700 });
     const path = join(sub, 'private.key');
     const theirs = clampPrivateKey(new Uint8Array(32).fill(7));
+    const ours = clampPrivateKey(new Uint8Array(32).fill(9));
     // generate() runs after the existence check: the other start wins the race there.
     const loaded = loadOrCreatePrivateKey(path, () => {
       writeFileSync(path, `${keyToBase64(theirs)}\n`, { mode: 0o600 });
-      return clampPrivateKey(new Uint8Array(32).fill(9));
+      return ours;
     });
+    assert.ok(ours.every((b) => b === 0), 'our unused key is zeroed');
     assert.equal(loaded.created, false);
     assert.deepEqual(loaded.privateKey, theirs);
     assert.equal(readFileSync(path, 'utf8'), `${keyToBase64(theirs)}\n`);
