@@ -9,6 +9,11 @@
 # for tsx, Bun's binary) and builds the image's file tree with scripts/build-image-tree.sh — the
 # same script test/system/image-tree.test.ts runs, so the tree that is tested is the tree shipped.
 # Stage 2 is a slim Node.js 20 runtime with the Debian packages roamguard calls.
+#
+# deploy/roamguard.yaml runs both containers from this image unprivileged: uid 0 (the host paths
+# and the host network's configuration belong to root) with every capability dropped but
+# NET_ADMIN, and a read-only root file system. Nothing here writes outside the mounted volumes at
+# run time but tsx's transpile cache, which goes to the temporary directory (an emptyDir on /tmp).
 
 ARG NODE_IMAGE=node:20-bookworm-slim
 

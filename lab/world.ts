@@ -13,13 +13,22 @@
  *
  * The API server (KubeApiServer) runs in this process on loopback; a unix-socket relay carries
  * the agents' connections to it, so no traffic leaves the namespaces the world made.
+ *
+ * With `identities: true` the world is run as deploy/roamguard.yaml sets a cluster up: the API
+ * server speaks https (a throwaway self-signed certificate), each agent gets its own token (the
+ * roamguard service account, bound to its node: user extra authentication.kubernetes.io/node-name,
+ * as a pod-bound token gives) through a kubeconfig, and the manifest's ValidatingAdmissionPolicy
+ * is enforced on every Node write. Otherwise agents talk plain http, anonymously.
  */
-import { readFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { cniAdd } from '../control/host/cni-exec.ts';
 import { netnsRunner } from '../control/host/runner.ts';
-import { KubeApiServer } from '../control/kube/api-server.ts';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { KubeApiServer, kubeConfigFor, type RequestUser } from './kube-api-server.ts';
 import { parseSocketAddress, startRelay } from './socket-relay.ts';
 import { type Namespace, type NsProcess, type Scope, uniqueName, waitFor, WG_SOCKET_DIR } from './netns.ts';
 
@@ -55,6 +64,20 @@ export interface WorldNode {
   podCidrs: string[];
   env: Record<string, string>;
   agent?: NsProcess;
+  /** With `identities`: this node's agent token (what an attacker on the node would steal). */
+  token?: string;
+}
+
+/** The agents' service account, as deploy/roamguard.yaml names it. */
+export const AGENT_USERNAME = 'system:serviceaccount:roamguard:roamguard';
+
+/** The user a pod-bound token of the agents' service account on `node` authenticates as. */
+export function agentUser(node: string): RequestUser {
+  return {
+    username: AGENT_USERNAME,
+    groups: ['system:serviceaccounts', 'system:serviceaccounts:roamguard', 'system:authenticated'],
+    extra: { 'authentication.kubernetes.io/node-name': [node], 'authentication.kubernetes.io/pod-name': [`roamguard-${node}`] },
+  };
 }
 
 export interface Router {
@@ -93,6 +116,8 @@ export interface WorldOptions {
   agentEnv?: Record<string, string>;
   /** Keep this many bytes of each agent's log. Default 256 KiB. */
   keepLogBytes?: number;
+  /** https, a token per agent and deploy/roamguard.yaml's admission policy (see the file comment). */
+  identities?: boolean;
 }
 
 export class World {
@@ -111,10 +136,21 @@ export class World {
   ) {}
 
   static async create(scope: Scope, options: WorldOptions): Promise<World> {
-    const api = new KubeApiServer();
+    const dir = scope.tempDir('roamguard-world-');
+    let api: KubeApiServer;
+    if (options.identities) {
+      const key = join(dir, 'api-key.pem');
+      const cert = join(dir, 'api-cert.pem');
+      await promisify(execFile)('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
+        '-subj', '/CN=roamguard-lab-api', '-keyout', key, '-out', cert]);
+      // Loaded only here: its CEL library is a devDependency, which the demo's image lacks.
+      const { deployPolicyAdmission } = await import('./admission-policy.ts');
+      api = new KubeApiServer({ tls: { key: readFileSync(key, 'utf8'), cert: readFileSync(cert, 'utf8') }, admission: deployPolicyAdmission() });
+    } else {
+      api = new KubeApiServer();
+    }
     await api.start();
     scope.defer('close the API server', () => api.close());
-    const dir = scope.tempDir('roamguard-world-');
     const fabric = await scope.namespace();
     const backbone = await World.bridge(fabric, options.backbone);
     const apiAddress = hostAddress(options.backbone, API_HOST);
@@ -129,7 +165,7 @@ export class World {
     await waitFor(() => relay.stdout.includes('ready') || !relay.running, 20_000, { description: 'the API relay' });
     if (!relay.running) throw new Error(`API relay failed: ${relay.describe()}`);
 
-    const world = new World(scope, api, fabric, backbone, `http://${apiAddress.ipv4}:${API_PORT}`, options);
+    const world = new World(scope, api, fabric, backbone, `${options.identities ? 'https' : 'http'}://${apiAddress.ipv4}:${API_PORT}`, options);
     world.segments.set(backbone.spec.name, backbone);
     return world;
   }
@@ -252,6 +288,16 @@ table inet router {
         ...options.env,
       },
     };
+    if (this.options.identities) {
+      // A kubeconfig with this node's own token; the lab's certificate is not verified (the
+      // agent reads the kubeconfig as it would any other).
+      node.token = randomBytes(16).toString('hex');
+      this.api.addToken(node.token, agentUser(name));
+      const kubeconfig = join(dir, 'kubeconfig');
+      writeFileSync(kubeconfig, kubeConfigFor(this.apiUrl, node.token), { mode: 0o600 });
+      node.env.KUBECONFIG = kubeconfig;
+      node.env.KUBE_API_SERVER = '';
+    }
     this.api.createNode({
       metadata: { name, labels: { 'kubernetes.io/hostname': name } },
       spec: { podCIDR: podCidrs[0], podCIDRs: podCidrs },

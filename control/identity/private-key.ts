@@ -7,8 +7,8 @@
  * cannot be read, does not hold a key, or is readable by group/others.
  */
 import { randomBytes } from 'node:crypto';
-import { chmodSync, closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { closeSync, constants, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 import { clampPrivateKey, keyFromBase64, keyToBase64 } from '../../dataplane/noise/keys.ts';
 
 export class KeyFileError extends Error {
@@ -33,19 +33,11 @@ export function loadOrCreatePrivateKey(path: string, generate: () => Uint8Array 
   }
   if (mode === undefined) {
     const key = generate();
-    mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
-    // Written to a temporary name and renamed, so a crash never leaves a half-written key.
-    const tmp = `${path}.tmp-${process.pid}`;
-    const fd = openSync(tmp, 'wx', 0o600);
-    try {
-      writeSync(fd, `${keyToBase64(key)}\n`);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    chmodSync(tmp, 0o600);
-    renameSync(tmp, path);
-    return { privateKey: key, created: true };
+    if (createKeyFile(path, key)) return { privateKey: key, created: true };
+    // Another start created the file meanwhile: that key is this node's, read below; ours is
+    // never used.
+    key.fill(0);
+    mode = statSync(path).mode;
   }
   if ((mode & 0o170000) !== 0o100000) throw new KeyFileError(`private key ${path} is not a regular file`);
   if ((mode & 0o077) !== 0) {
@@ -63,4 +55,51 @@ export function loadOrCreatePrivateKey(path: string, generate: () => Uint8Array 
     // The message must not echo the file's content: it may be a (mangled) secret.
     throw new KeyFileError(`private key ${path} does not hold a base64 WireGuard key (44 characters ending in "=")`);
   }
+}
+
+/**
+ * Writes the key under a fresh random name in the key's directory, fsyncs it, then hard-links it
+ * to `path` and fsyncs the directory. link(2), unlike rename(2), fails when `path` exists, so a key
+ * another start created meanwhile is never replaced (returns false: read that one). The
+ * temporary name is random, never reused: a crash at any point leaves at worst an unused 0600
+ * file that no later start trips over (a name derived from the PID did: in a container the agent
+ * is PID 1 on every start). Our temporary name is removed on every path out.
+ */
+function createKeyFile(path: string, key: Uint8Array): boolean {
+  const dir = dirname(path);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const tmp = join(dir, `.${basename(path)}.tmp-${randomBytes(8).toString('hex')}`);
+  try {
+    const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+    try {
+      fchmodSync(fd, 0o600); // whatever the umask
+      writeSync(fd, `${keyToBase64(key)}\n`);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    try {
+      linkSync(tmp, path);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+      throw err;
+    }
+  } catch (err) {
+    throw new KeyFileError(`private key ${path} cannot be created: ${(err as Error).message}`);
+  } finally {
+    try {
+      unlinkSync(tmp);
+    } catch {
+      // Never created, or already gone: nothing to remove.
+    }
+  }
+  // The new directory entry itself must survive a power loss, or the node gets a new key on the
+  // next start after all.
+  const dirFd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY);
+  try {
+    fsyncSync(dirFd);
+  } finally {
+    closeSync(dirFd);
+  }
+  return true;
 }

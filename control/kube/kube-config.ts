@@ -10,6 +10,11 @@
  * 3. in-cluster: `KUBERNETES_SERVICE_HOST`/`_PORT` and the service account token and CA.
  *    The token is re-read from its file by client-node, so bound-token rotation is safe.
  *
+ * Plain http:// is refused whenever credentials would go with the requests (a kubeconfig user
+ * with a token, client certificate, password, exec or auth provider; the service account token):
+ * anyone on the path would read a token that may patch Nodes. http:// stays usable anonymously
+ * (a local test server).
+ *
  * Unlike `KubeConfig.loadFromDefault()` this never falls back to ~/.kube/config or to
  * http://localhost:8080 silently: an agent talking to the wrong cluster is worse than one that
  * refuses to start with a message saying what it tried.
@@ -95,6 +100,21 @@ function inClusterServer(env: Record<string, string | undefined>): string | unde
   return `${scheme}://${net.isIPv6(host) ? `[${host}]` : host}:${port}`;
 }
 
+/** Whether requests made with `kc`'s current user carry credentials. */
+function userHasCredentials(kc: KubeConfig): boolean {
+  const user = kc.getCurrentUser();
+  if (!user) return false;
+  return [user.token, user.certData, user.certFile, user.keyData, user.keyFile, user.username, user.password, user.exec, user.authProvider]
+    .some((v) => v !== undefined && v !== null && v !== '');
+}
+
+/** Throws, naming `setting`, when `server` is plain HTTP and credentials would be sent to it. */
+function refusePlainHttpWithCredentials(server: string, credentials: LoadedKubeConfig['credentials'], setting: string): void {
+  if (credentials === 'none' || !server.startsWith('http:')) return;
+  const what = credentials === 'service-account' ? 'the service account token' : 'the kubeconfig user\'s credentials';
+  throw new Error(`${setting}: API server ${server} is plain http:// and ${what} would be sent in clear; use https://`);
+}
+
 /** A copy of `kc` whose current cluster talks to `server`. */
 function withServer(kc: KubeConfig, server: string): KubeConfig {
   const current = kc.getCurrentCluster();
@@ -124,10 +144,17 @@ export function resolveKubeConfig(options: LoadKubeConfigOptions = {}): LoadedKu
   const tokenFile = `${prefix}${SERVICE_ACCOUNT_DIR}/token`;
   const hasServiceAccount = fs.existsSync(tokenFile);
 
+  const checked = (loaded: LoadedKubeConfig, setting: string): LoadedKubeConfig => {
+    refusePlainHttpWithCredentials(loaded.server, loaded.credentials, setting);
+    return loaded;
+  };
+
   if (kubeconfigPaths.length > 0) {
     const kc = loadKubeconfigFiles(kubeconfigPaths);
-    if (apiServer) return { kubeConfig: withServer(kc, apiServer), source: 'api-server', server: apiServer, credentials: 'kubeconfig' };
-    return { kubeConfig: kc, source: 'kubeconfig', server: kc.getCurrentCluster()!.server, credentials: 'kubeconfig' };
+    const credentials = userHasCredentials(kc) ? 'kubeconfig' : 'none';
+    if (apiServer) return checked({ kubeConfig: withServer(kc, apiServer), source: 'api-server', server: apiServer, credentials }, 'KUBE_API_SERVER');
+    const cluster = kc.getCurrentCluster()!;
+    return checked({ kubeConfig: kc, source: 'kubeconfig', server: cluster.server, credentials }, `KUBECONFIG (${kubeconfigPaths.join(path.delimiter)}, cluster ${JSON.stringify(cluster.name)})`);
   }
 
   if (hasServiceAccount) {
@@ -136,6 +163,7 @@ export function resolveKubeConfig(options: LoadKubeConfigOptions = {}): LoadedKu
     if (server?.startsWith('https:') && !fs.existsSync(caFile)) {
       throw new Error(`service account CA ${caFile} is missing: cannot verify the API server ${server}`);
     }
+    if (server) refusePlainHttpWithCredentials(server, 'service-account', apiServer ? 'KUBE_API_SERVER' : 'KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT');
     const kc = new KubeConfig();
     kc.loadFromCluster(prefix);
     if (apiServer) return { kubeConfig: withServer(kc, apiServer), source: 'api-server', server: apiServer, credentials: 'service-account' };

@@ -26,11 +26,9 @@
  * silences watches and lists belonging to a run that `stop()` has ended.
  */
 import {
-  CoreV1Api, KubeConfig, ListWatch, Observable, Watch,
+  CoreV1Api, KubeConfig, ListWatch, loadYaml, Observable, Watch,
   type RequestContext, type ResponseContext, type V1Node, type V1NodeList,
 } from '@kubernetes/client-node';
-// Not re-exported by the package index; the same deserializer `listNode()` applies to its items.
-import { ObjectSerializer } from '@kubernetes/client-node/dist/gen/models/ObjectSerializer.js';
 import type { AgentLogger } from '../log.ts';
 
 export type NodeWatcherState = 'starting' | 'synced' | 'error' | 'stopped';
@@ -86,6 +84,19 @@ function toError(err: unknown): Error {
 
 function stripManagedFields(node: V1Node): V1Node {
   if (node.metadata?.managedFields !== undefined) delete node.metadata.managedFields;
+  return node;
+}
+
+/**
+ * A watch event's raw Node as `listNode()` hands out its items (Dates included). The package
+ * index exports its deserializer only behind `loadYaml` (JSON is YAML), which picks the model from
+ * apiVersion and kind: set for it when the event's object lacks them, and removed again.
+ */
+function deserializeNode(raw: V1Node): V1Node {
+  const { managedFields: _dropped, ...metadata } = raw.metadata ?? {};
+  const node = loadYaml<V1Node>(JSON.stringify({ ...raw, apiVersion: 'v1', kind: 'Node', metadata }));
+  if (raw.apiVersion === undefined) delete node.apiVersion;
+  if (raw.kind === undefined) delete node.kind;
   return node;
 }
 
@@ -160,7 +171,7 @@ class GuardedWatch extends Watch {
     const onEvent = (phase: string, object: unknown, raw?: unknown) => {
       if (!hooks.isCurrent(run) || finished) return;
       const normalized = OBJECT_EVENTS.has(phase) && object !== null && typeof object === 'object'
-        ? stripManagedFields(ObjectSerializer.deserialize(object, 'V1Node', '') as V1Node)
+        ? deserializeNode(object as V1Node)
         : object;
       callback(phase, normalized, raw);
     };

@@ -15,7 +15,7 @@ import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { keyToBase64 } from '../../dataplane/noise/keys.ts';
 import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
-import { KubeApiServer } from '../../control/kube/api-server.ts';
+import { KubeApiServer } from '../../lab/kube-api-server.ts';
 import { startMetricsServer } from '../../control/metrics/server.ts';
 import type { AgentStatusSource, DataplaneReader } from '../../control/metrics/status-source.ts';
 import type { MeshState } from '../../control/mesh/desired-peers.ts';

@@ -15,9 +15,12 @@ import { dumpYaml, loadAllYaml } from '@kubernetes/client-node';
 import { parse, parseAllDocuments } from 'yaml';
 import { DaemonSet } from 'kubernetes-models/apps/v1';
 import { ClusterRole, ClusterRoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1';
+import { ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding } from 'kubernetes-models/admissionregistration.k8s.io/v1';
 import { Namespace, ServiceAccount } from 'kubernetes-models/v1';
 import { SETTINGS } from '../../control/config/settings.ts';
 import { parseListenAddress } from '../../control/metrics/server.ts';
+import { HOST_PROC_SYS_NET } from '../../control/host/sysctl.ts';
+import { admit, type AdmissionRequest, type ValidatingAdmissionPolicy as Policy } from '../../lab/admission-policy.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
 const MANIFEST = join(ROOT, 'deploy/roamguard.yaml');
@@ -50,8 +53,8 @@ const OVERRIDES: Record<string, unknown> = {
 
 describe('deploy/roamguard.yaml', () => {
   test('exactly the expected objects, each valid against the Kubernetes schema', () => {
-    assert.deepEqual(docs.map((d) => d.kind), ['Namespace', 'ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'DaemonSet']);
-    const models = { Namespace, ServiceAccount, ClusterRole, ClusterRoleBinding, DaemonSet } as Record<string, new (d: unknown) => { validate(): void }>;
+    assert.deepEqual(docs.map((d) => d.kind), ['Namespace', 'ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'ValidatingAdmissionPolicy', 'ValidatingAdmissionPolicyBinding', 'DaemonSet']);
+    const models = { Namespace, ServiceAccount, ClusterRole, ClusterRoleBinding, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, DaemonSet } as Record<string, new (d: unknown) => { validate(): void }>;
     for (const doc of docs) {
       assert.doesNotThrow(() => new models[doc.kind](doc).validate(), `${doc.kind} ${doc.metadata?.name}`);
     }
@@ -111,12 +114,10 @@ describe('deploy/roamguard.yaml', () => {
     assert.deepEqual(dataplane.args, ['wg', '-f', ifname]);
     // The probe sees a stalled pipeline, not only an answering socket (bin/commands/health.ts).
     assert.deepEqual(dataplane.livenessProbe.exec.command, ['roamguard', 'health', '--max-stall', '10', ifname]);
-    assert.equal(agent.securityContext.privileged, true);
-    assert.ok(dataplane.securityContext.privileged === true || dataplane.securityContext.capabilities.add.includes('NET_ADMIN'));
-    const volumes = new Map(pod.volumes.map((v: { name: string; hostPath: { path: string } }) => [v.name, v.hostPath.path]));
-    assert.deepEqual([...volumes.values()].sort(), ['/dev/net/tun', '/etc/cni/net.d', '/opt/cni/bin', '/var/lib/roamguard', '/var/run/wireguard']);
-    const mounts = (c: { volumeMounts: Array<{ name: string; mountPath: string }> }) => Object.fromEntries(c.volumeMounts.map((m) => [volumes.get(m.name), m.mountPath]));
-    assert.deepEqual(mounts(agent), { '/var/lib/roamguard': '/var/lib/roamguard', '/var/run/wireguard': '/var/run/wireguard', '/etc/cni/net.d': '/etc/cni/net.d', '/opt/cni/bin': '/opt/cni/bin' });
+    const volumes = new Map(pod.volumes.filter((v: { hostPath?: unknown }) => v.hostPath).map((v: { name: string; hostPath: { path: string } }) => [v.name, v.hostPath.path]));
+    assert.deepEqual([...volumes.values()].sort(), ['/dev/net/tun', '/etc/cni/net.d', '/opt/cni/bin', '/proc/sys/net', '/var/lib/roamguard', '/var/run/wireguard']);
+    const mounts = (c: { volumeMounts: Array<{ name: string; mountPath: string }> }) => Object.fromEntries(c.volumeMounts.filter((m) => volumes.has(m.name)).map((m) => [volumes.get(m.name), m.mountPath]));
+    assert.deepEqual(mounts(agent), { '/var/lib/roamguard': '/var/lib/roamguard', '/var/run/wireguard': '/var/run/wireguard', '/etc/cni/net.d': '/etc/cni/net.d', '/opt/cni/bin': '/opt/cni/bin', '/proc/sys/net': HOST_PROC_SYS_NET });
     assert.deepEqual(mounts(dataplane), { '/var/run/wireguard': '/var/run/wireguard', '/dev/net/tun': '/dev/net/tun' });
     // The paths the agent uses by default are under the mounts.
     const env = (n: string) => agent.env.find((e: { name: string }) => e.name === n).value as string;
@@ -124,6 +125,38 @@ describe('deploy/roamguard.yaml', () => {
     assert.ok(env('CNI_CONFIG_PATH').startsWith('/etc/cni/net.d/'));
     assert.equal(env('WG_SOCKET_DIR'), '/var/run/wireguard');
     for (const c of [agent, dataplane]) assert.ok(c.resources.requests.cpu && c.resources.requests.memory, `${c.name} requests`);
+  });
+
+  test('least privilege: no privileged container, NET_ADMIN only, seccomp, read-only roots, the token in the agent only', () => {
+    assert.equal(pod.automountServiceAccountToken, false, 'no token in every container');
+    assert.deepEqual(pod.securityContext.seccompProfile, { type: 'RuntimeDefault' });
+    for (const c of pod.containers) {
+      assert.deepEqual(c.securityContext, {
+        privileged: false,
+        allowPrivilegeEscalation: false,
+        readOnlyRootFilesystem: true,
+        capabilities: { drop: ['ALL'], add: ['NET_ADMIN'] },
+        seccompProfile: { type: 'RuntimeDefault' },
+      }, c.name);
+      // A read-only root: scratch space on an emptyDir.
+      const tmp = c.volumeMounts.find((m: { mountPath: string }) => m.mountPath === '/tmp');
+      assert.ok(pod.volumes.find((v: { name: string; emptyDir?: unknown }) => v.name === tmp?.name)?.emptyDir, `${c.name} /tmp is an emptyDir`);
+    }
+    // The TUN device, as a character device, only where the data plane is.
+    assert.deepEqual(pod.volumes.find((v: { name: string }) => v.name === 'tun').hostPath, { path: '/dev/net/tun', type: 'CharDevice' });
+    // The service account token: projected (bound to the pod, so it names the node), in the agent
+    // container only, where client-node's in-cluster loading looks for it.
+    const projected = pod.volumes.filter((v: { projected?: { sources: Array<Record<string, unknown>> } }) => v.projected?.sources.some((s) => s.serviceAccountToken));
+    assert.equal(projected.length, 1);
+    const [tokenVolume] = projected;
+    assert.deepEqual(tokenVolume.projected.sources.map((s: Record<string, unknown>) => Object.keys(s)[0]), ['serviceAccountToken', 'configMap', 'downwardAPI']);
+    assert.equal(tokenVolume.projected.sources[0].serviceAccountToken.path, 'token');
+    assert.equal(tokenVolume.projected.defaultMode, 0o400, 'readable by root only');
+    assert.equal(tokenVolume.projected.sources[1].configMap.items[0].path, 'ca.crt');
+    const holders = pod.containers.filter((c: { volumeMounts: Array<{ name: string }> }) => c.volumeMounts.some((m) => m.name === tokenVolume.name));
+    assert.deepEqual(holders.map((c: { name: string }) => c.name), ['agent']);
+    const mount = container('agent').volumeMounts.find((m: { name: string }) => m.name === tokenVolume.name);
+    assert.deepEqual(mount, { name: tokenVolume.name, mountPath: '/var/run/secrets/kubernetes.io/serviceaccount', readOnly: true });
   });
 
   test('probes: liveness /healthz and readiness /readyz on the METRICS_ADDRESS port', () => {
@@ -134,6 +167,116 @@ describe('deploy/roamguard.yaml', () => {
     assert.deepEqual(agent.livenessProbe.httpGet, { path: '/healthz', port: 'metrics' });
     assert.deepEqual(agent.readinessProbe.httpGet, { path: '/readyz', port: 'metrics' });
     assert.equal(daemonSet.spec.template.metadata.annotations['prometheus.io/port'], String(port.containerPort));
+  });
+});
+
+describe('the admission policy: the roamguard token changes only its own Node\'s roamguard.io/* annotations', () => {
+  const [policy] = byKind('ValidatingAdmissionPolicy') as Policy[];
+  const [binding] = byKind('ValidatingAdmissionPolicyBinding');
+  const AGENT = 'system:serviceaccount:roamguard:roamguard';
+  interface SampleNode {
+    apiVersion: string;
+    kind: string;
+    metadata: { name: string; uid: string; resourceVersion: string; labels: Record<string, string>; annotations: Record<string, string>; finalizers?: string[] };
+    spec: { podCIDR: string; podCIDRs: string[]; unschedulable?: boolean };
+    status: { addresses: Array<{ type: string; address: string }>; conditions: Array<{ type: string; status: string }> };
+  }
+  const node = (name: string, annotations: Record<string, string> = {}): SampleNode => ({
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: { name, uid: `uid-${name}`, resourceVersion: '7', labels: { 'kubernetes.io/hostname': name }, annotations: { 'node.alpha.kubernetes.io/ttl': '0', 'roamguard.io/public-key': 'old-key', ...annotations } },
+    spec: { podCIDR: '10.244.1.0/24', podCIDRs: ['10.244.1.0/24', 'fd00:244:1::/64'] },
+    status: { addresses: [{ type: 'InternalIP', address: '192.0.2.1' }], conditions: [{ type: 'Ready', status: 'True' }] },
+  });
+  /** An update of node `name` by `username` (token bound to `boundTo`), changing the copy with `change`. */
+  const update = (name: string, change: (n: SampleNode) => void, user: { username?: string; boundTo?: string | null } = {}): AdmissionRequest => {
+    const oldObject = node(name);
+    const object = structuredClone(oldObject);
+    change(object);
+    const boundTo = user.boundTo === undefined ? name : user.boundTo;
+    return {
+      operation: 'UPDATE', resource: 'nodes', name, object, oldObject,
+      userInfo: {
+        username: user.username ?? AGENT,
+        groups: ['system:serviceaccounts', 'system:serviceaccounts:roamguard', 'system:authenticated'],
+        extra: boundTo === null ? {} : { 'authentication.kubernetes.io/node-name': [boundTo], 'authentication.kubernetes.io/pod-name': ['roamguard-x1'] },
+      },
+    };
+  };
+  const publish = (n: SampleNode) => { n.metadata.annotations['roamguard.io/public-key'] = 'new-key'; n.metadata.annotations['roamguard.io/force-endpoint'] = '198.51.100.9:51820'; };
+  const decide = (request: AdmissionRequest) => admit(policy, request, binding.metadata.name);
+
+  test('the binding denies on the policy, which fails closed and applies to the agents\' service account only', () => {
+    assert.deepEqual(binding.spec, { policyName: policy.metadata.name, validationActions: ['Deny'] });
+    assert.equal(policy.spec.failurePolicy, 'Fail');
+    assert.deepEqual(policy.spec.matchConditions!.map((c) => c.expression), [`request.userInfo.username == '${AGENT}'`]);
+    const [sa] = byKind('ServiceAccount');
+    assert.equal(AGENT, `system:serviceaccount:${sa.metadata.namespace}:${sa.metadata.name}`);
+  });
+
+  test('own node, roamguard.io/* annotations set or removed: allowed', () => {
+    assert.deepEqual(decide(update('node-a', publish)), { matched: true, allowed: true });
+    assert.deepEqual(decide(update('node-a', (n) => { delete n.metadata.annotations['roamguard.io/public-key']; })), { matched: true, allowed: true });
+    assert.deepEqual(decide(update('node-a', () => {})), { matched: true, allowed: true }, 'a no-op patch');
+  });
+
+  test('another node: denied (Forbidden), even for roamguard.io/* annotations', () => {
+    const decision = decide(update('node-b', publish, { boundTo: 'node-a' }));
+    assert.equal(decision.matched && !decision.allowed && decision.reason, 'Forbidden');
+    assert.match((decision as { message: string }).message, /^ValidatingAdmissionPolicy 'roamguard-own-node' with binding 'roamguard-own-node' denied request: a roamguard token may change only the Node it is bound to/);
+  });
+
+  test('a token without the node-name claim, or with two: denied', () => {
+    for (const request of [update('node-a', publish, { boundTo: null }), (() => { const r = update('node-a', publish); delete r.userInfo.extra; return r; })(),
+      (() => { const r = update('node-a', publish); r.userInfo.extra!['authentication.kubernetes.io/node-name'] = ['node-a', 'node-b']; return r; })()]) {
+      const decision = decide(request);
+      assert.equal(decision.matched && !decision.allowed && decision.reason, 'Forbidden', JSON.stringify(request.userInfo));
+    }
+  });
+
+  const deniedFor = (change: (n: SampleNode) => void) => {
+    const decision = decide(update('node-a', change));
+    assert.ok(decision.matched && !decision.allowed, 'denied');
+    return decision.message;
+  };
+
+  test('labels, foreign annotations, finalizers, owner references: denied on the own node too', () => {
+    assert.match(deniedFor((n) => { n.metadata.labels['node-role.kubernetes.io/control-plane'] = ''; }), /labels/);
+    assert.match(deniedFor((n) => { n.metadata.labels = undefined as unknown as Record<string, string>; }), /labels/);
+    assert.match(deniedFor((n) => { n.metadata.annotations['flannel.alpha.coreos.com/public-ip'] = '203.0.113.1'; }), /only roamguard\.io\/\* annotations/);
+    assert.match(deniedFor((n) => { n.metadata.annotations['node.alpha.kubernetes.io/ttl'] = '30'; }), /only roamguard\.io\/\* annotations/);
+    assert.match(deniedFor((n) => { delete n.metadata.annotations['node.alpha.kubernetes.io/ttl']; }), /only roamguard\.io\/\* annotations/);
+    // A prefix that only looks like ours.
+    assert.match(deniedFor((n) => { n.metadata.annotations['roamguard.io.evil/x'] = '1'; }), /only roamguard\.io\/\* annotations/);
+    assert.match(deniedFor((n) => { n.metadata.finalizers = ['example.com/hold']; }), /finalizers/);
+  });
+
+  test('spec and status: denied on the own node too', () => {
+    assert.match(deniedFor((n) => { n.spec.podCIDRs = ['10.0.0.0/8']; }), /spec or status/);
+    assert.match(deniedFor((n) => { n.spec.unschedulable = true; }), /spec or status/);
+    assert.match(deniedFor((n) => { n.status.addresses[0].address = '192.0.2.66'; }), /spec or status/);
+  });
+
+  test('create and delete: denied; requests by other users or on other resources: not matched', () => {
+    for (const operation of ['CREATE', 'DELETE'] as const) {
+      const request = { ...update('node-a', () => {}), operation };
+      if (operation === 'DELETE') request.object = null;
+      if (operation === 'CREATE') request.oldObject = null;
+      const decision = decide(request);
+      assert.equal(decision.matched && !decision.allowed && decision.reason, 'Forbidden', operation);
+    }
+    assert.deepEqual(decide(update('node-b', (n) => { n.spec.podCIDRs = []; }, { username: 'system:node:node-b', boundTo: null })), { matched: false });
+    assert.deepEqual(decide(update('node-b', publish, { username: 'system:serviceaccount:kube-system:roamguard', boundTo: 'node-a' })), { matched: false }, 'same name, other namespace');
+    assert.deepEqual(decide({ ...update('node-a', publish), resource: 'pods' }), { matched: false });
+    // The status subresource is covered too.
+    assert.equal(decide({ ...update('node-b', publish, { boundTo: 'node-a' }), resource: 'nodes/status' }).matched, true);
+  });
+
+  test('fails closed: an expression that errors denies', () => {
+    const broken = structuredClone(policy);
+    broken.spec.validations[1].expression = 'variables.boundNode[5] == request.name';
+    const decision = admit(broken, update('node-a', publish));
+    assert.ok(decision.matched && !decision.allowed && /resulted in error/.test(decision.message));
   });
 });
 

@@ -5,10 +5,12 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ApiException, CoreV1Api, KubeConfig, Watch } from '@kubernetes/client-node';
-import { KubeApiServer, applyMergePatch, kubeConfigFor, type JsonValue } from '../../control/kube/api-server.ts';
+import { execFile, execFileSync } from 'node:child_process';
+import { ApiException, CoreV1Api, KubeConfig, PatchStrategy, setHeaderOptions, Watch } from '@kubernetes/client-node';
+import { KubeApiServer, applyMergePatch, kubeConfigFor, type JsonValue } from '../../lab/kube-api-server.ts';
 import { NodeApiError, patchNodeAnnotations, readNode } from '../../control/kube/node-patch.ts';
 import { loadKubeConfig, resolveKubeConfig, SERVICE_ACCOUNT_DIR } from '../../control/kube/kube-config.ts';
+import { deployPolicyAdmission } from '../../lab/admission-policy.ts';
 
 interface WatchLine { type: string; object: { kind?: string; code?: number; reason?: string; metadata?: { name?: string; resourceVersion?: string; labels?: Record<string, string> } } }
 
@@ -385,7 +387,7 @@ describe('loadKubeConfig', () => {
     let r = resolveKubeConfig({ apiServer: 'https://10.0.0.1:6443/', env: { KUBECONFIG: kubeconfig, ...inCluster }, pathPrefix: saPrefix });
     assert.equal(r.source, 'api-server');
     assert.equal(r.server, 'https://10.0.0.1:6443');
-    assert.equal(r.credentials, 'kubeconfig');
+    assert.equal(r.credentials, 'none', 'the kubeconfig user has no credentials');
     assert.equal(r.kubeConfig.getCurrentCluster()?.server, 'https://10.0.0.1:6443');
 
     r = resolveKubeConfig({ apiServer: 'https://10.0.0.1:6443', env: inCluster, pathPrefix: saPrefix });
@@ -411,6 +413,23 @@ describe('loadKubeConfig', () => {
     assert.ok(loadKubeConfig({ apiServer: 'http://127.0.0.1:8080', env: {}, pathPrefix: path.join(dir, 'none') }) instanceof KubeConfig);
   });
 
+  test('plain http:// is refused whenever credentials would be sent, naming the setting', () => {
+    const withToken = path.join(dir, 'kubeconfig-token');
+    fs.writeFileSync(withToken, kubeConfigFor('http://127.0.0.1:1').replace('  user: {}', '  user:\n    token: secret-token'));
+    const none = path.join(dir, 'none');
+    // A kubeconfig whose server is http:// and whose user has a token.
+    assert.throws(() => loadKubeConfig({ env: { KUBECONFIG: withToken } }), (err: Error) => /^KUBECONFIG \(.*kubeconfig-token, cluster .*\): API server http:\/\/127\.0\.0\.1:1 is plain http:\/\/ and the kubeconfig user's credentials would be sent in clear; use https:\/\/$/.test(err.message) && !err.message.includes('secret-token'));
+    // KUBE_API_SERVER http:// with that kubeconfig, or with the service account token.
+    assert.throws(() => loadKubeConfig({ apiServer: 'http://10.0.0.1:8080', env: { KUBECONFIG: withToken } }), /^Error: KUBE_API_SERVER: API server http:\/\/10\.0\.0\.1:8080 is plain http:\/\/ and the kubeconfig user's credentials/);
+    assert.throws(() => loadKubeConfig({ apiServer: 'http://10.0.0.1:8080', env: {}, pathPrefix: saPrefix }), /^Error: KUBE_API_SERVER: .*the service account token would be sent in clear/);
+    // In-cluster on a port client-node treats as plain HTTP.
+    assert.throws(() => loadKubeConfig({ env: { KUBERNETES_SERVICE_HOST: '10.96.0.1', KUBERNETES_SERVICE_PORT: '8080' }, pathPrefix: saPrefix }), /^Error: KUBERNETES_SERVICE_HOST\/KUBERNETES_SERVICE_PORT: API server http:\/\/10\.96\.0\.1:8080 .*service account token/);
+    // https:// with the same credentials, and http:// without any, still work.
+    assert.equal(resolveKubeConfig({ apiServer: 'https://10.0.0.1:6443', env: { KUBECONFIG: withToken } }).credentials, 'kubeconfig');
+    assert.equal(resolveKubeConfig({ apiServer: 'http://10.0.0.1:8080', env: {}, pathPrefix: none }).credentials, 'none');
+    assert.equal(resolveKubeConfig({ env: { KUBECONFIG: kubeconfig } }).server, 'http://127.0.0.1:1');
+  });
+
   test('clear errors when nothing works', () => {
     assert.throws(() => loadKubeConfig({ env: {}, pathPrefix: path.join(dir, 'none') }), /no Kubernetes API configuration found: set KUBE_API_SERVER.*KUBECONFIG.*service account/);
     assert.throws(() => loadKubeConfig({ env: { KUBECONFIG: path.join(dir, 'missing') } }), /kubeconfig .*missing is not readable: ENOENT/);
@@ -420,5 +439,106 @@ describe('loadKubeConfig', () => {
     const empty = path.join(dir, 'empty');
     fs.writeFileSync(empty, 'apiVersion: v1\nkind: Config\n');
     assert.throws(() => loadKubeConfig({ kubeconfigPath: empty, env: {} }), /has no current-context/);
+  });
+});
+
+describe('identities and the deploy/ admission policy (a stolen agent token)', () => {
+  const AGENT = 'system:serviceaccount:roamguard:roamguard';
+  const agentOf = (node: string) => ({ username: AGENT, groups: ['system:serviceaccounts', 'system:serviceaccounts:roamguard', 'system:authenticated'], extra: { 'authentication.kubernetes.io/node-name': [node] } });
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'roamguard-kubectl-'));
+  // https://: kubectl sends no bearer token over plain http (seen: the header is left off).
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
+    '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', path.join(dir, 'key.pem'), '-out', path.join(dir, 'cert.pem')], { stdio: 'ignore' });
+  const server = new KubeApiServer({
+    tls: { key: fs.readFileSync(path.join(dir, 'key.pem'), 'utf8'), cert: fs.readFileSync(path.join(dir, 'cert.pem'), 'utf8') },
+    tokens: {
+      'token-agent-a': agentOf('node-a'),
+      'token-agent-b': agentOf('node-b'),
+      // A legacy (Secret) token of the same account: no node-name claim.
+      'token-legacy': { username: AGENT, groups: ['system:serviceaccounts'] },
+      'token-admin': { username: 'kubernetes-admin', groups: ['system:masters', 'system:authenticated'] },
+    },
+    admission: deployPolicyAdmission(),
+  });
+  const node = (name: string) => ({ metadata: { name, labels: { 'kubernetes.io/hostname': name }, annotations: { 'roamguard.io/public-key': `key-of-${name}` } }, spec: { podCIDRs: ['10.244.9.0/24'] } });
+  before(async () => {
+    await server.start();
+    server.createNode(node('node-a'));
+    server.createNode(node('node-b'));
+  });
+  after(async () => {
+    await server.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  const core = (token?: string) => server.kubeConfig(token).makeApiClient(CoreV1Api);
+  /** The HTTP status and Status body of a refused client-node call. */
+  const refusal = async (call: Promise<unknown>) => {
+    const err = await call.then(() => undefined, (e: unknown) => e);
+    assert.ok(err instanceof NodeApiError || err instanceof ApiException, `refused (got ${String(err)})`);
+    const cause = (err instanceof NodeApiError ? err.cause : err) as ApiException<unknown>;
+    const body = (typeof cause.body === 'string' ? JSON.parse(cause.body) : cause.body) as { reason?: string; message?: string } | undefined;
+    return { code: cause.code, reason: body?.reason, message: body?.message ?? '' };
+  };
+  const noRetry = { attempts: 1 };
+
+  test('tokens: none or unknown is 401; a known one reads', async () => {
+    assert.match(server.url, /^https:\/\/127\.0\.0\.1:\d+$/);
+    assert.equal((await refusal(core().listNode())).code, 401);
+    assert.equal((await refusal(core('token-nobody').listNode())).code, 401);
+    assert.equal((await core('token-agent-a').listNode()).items.length, 2);
+  });
+
+  test('an agent publishes its own roamguard.io/* annotations (the agent\'s own patch code)', async () => {
+    const patched = await patchNodeAnnotations(server.kubeConfig('token-agent-a'), 'node-a', { 'roamguard.io/public-key': 'new-key-a', 'roamguard.io/endpoint': '192.0.2.1:51820' }, noRetry);
+    assert.equal(patched.metadata?.annotations?.['roamguard.io/public-key'], 'new-key-a');
+    await patchNodeAnnotations(server.kubeConfig('token-agent-a'), 'node-a', { 'roamguard.io/endpoint': null }, noRetry);
+    assert.equal(server.getNode('node-a')!.metadata.annotations!['roamguard.io/endpoint'], undefined);
+  });
+
+  test('agent A\'s stolen token cannot rewrite node B\'s key or endpoint: 403 with the policy\'s message, node B untouched', async () => {
+    const before = server.getNode('node-b');
+    const answer = await refusal(patchNodeAnnotations(server.kubeConfig('token-agent-a'), 'node-b', { 'roamguard.io/public-key': 'attacker-key', 'roamguard.io/force-endpoint': '198.51.100.9:51820' }, noRetry));
+    assert.equal(answer.code, 403);
+    assert.equal(answer.reason, 'Forbidden');
+    assert.match(answer.message, /^nodes "node-b" is forbidden: ValidatingAdmissionPolicy 'roamguard-own-node' with binding 'roamguard-own-node' denied request: a roamguard token may change only the Node it is bound to/);
+    // A full replace (PUT) is refused the same way.
+    const replaced = server.getNode('node-b')!;
+    replaced.metadata.annotations!['roamguard.io/public-key'] = 'attacker-key';
+    assert.equal((await refusal(core('token-agent-a').replaceNode({ name: 'node-b', body: replaced as never }))).code, 403);
+    assert.equal((await refusal(core('token-agent-a').deleteNode({ name: 'node-b' }))).code, 403);
+    assert.deepEqual(server.getNode('node-b'), before);
+  });
+
+  test('on its own node, labels and spec are refused (422 Invalid); a token without the node claim gets nothing', async () => {
+    const labels = await refusal(core('token-agent-a').patchNode({ name: 'node-a', body: { metadata: { labels: { 'node-role.kubernetes.io/control-plane': '' } } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch)));
+    assert.deepEqual([labels.code, labels.reason], [422, 'Invalid']);
+    assert.match(labels.message, /^Node "node-a" is invalid: .*labels/);
+    const spec = await refusal(core('token-agent-a').patchNode({ name: 'node-a', body: { spec: { podCIDRs: ['10.0.0.0/8'] } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch)));
+    assert.match(spec.message, /spec or status/);
+    const legacy = await refusal(patchNodeAnnotations(server.kubeConfig('token-legacy'), 'node-a', { 'roamguard.io/public-key': 'x' }, noRetry));
+    assert.equal(legacy.code, 403);
+    // Other users are not the policy's business.
+    const admin = await core('token-admin').patchNode({ name: 'node-b', body: { metadata: { labels: { team: 'net' } } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+    assert.equal(admin.metadata?.labels?.team, 'net');
+  });
+
+  test('kubectl with agent A\'s token: annotating node A works, node B is refused', async () => {
+    const kubeconfig = path.join(dir, 'agent-a');
+    fs.writeFileSync(kubeconfig, kubeConfigFor(server.url, 'token-agent-a'), { mode: 0o600 });
+    // Asynchronously: the server answers from this process's event loop.
+    const kubectl = (...args: string[]) => new Promise<{ status: number; stderr: string }>((resolve) => {
+      execFile('/usr/bin/kubectl', ['--kubeconfig', kubeconfig, '--cache-dir', path.join(dir, 'cache'), ...args], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, HOME: dir } },
+        (err, _stdout, stderr) => resolve({ status: err ? Number((err as { code?: number }).code ?? 1) || 1 : 0, stderr }));
+    });
+    const own = await kubectl('annotate', 'node', 'node-a', '--overwrite', 'roamguard.io/force-endpoint=192.0.2.1:51820');
+    assert.equal(own.status, 0, own.stderr);
+    assert.equal(server.getNode('node-a')!.metadata.annotations!['roamguard.io/force-endpoint'], '192.0.2.1:51820');
+    const other = await kubectl('annotate', 'node', 'node-b', '--overwrite', 'roamguard.io/force-endpoint=198.51.100.9:51820');
+    assert.notEqual(other.status, 0);
+    assert.match(other.stderr, /Error from server \(Forbidden\): nodes "node-b" is forbidden: ValidatingAdmissionPolicy 'roamguard-own-node'/);
+    assert.equal(server.getNode('node-b')!.metadata.annotations!['roamguard.io/force-endpoint'], undefined);
+    const label = await kubectl('label', 'node', 'node-a', 'evil=1');
+    assert.notEqual(label.status, 0);
+    assert.match(label.stderr, /is invalid: .*labels/);
   });
 });

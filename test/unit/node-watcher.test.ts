@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { V1Node } from '@kubernetes/client-node';
-import { KubeApiServer } from '../../control/kube/api-server.ts';
+import { KubeApiServer } from '../../lab/kube-api-server.ts';
 import { NodeWatcher, type NodeChange, type NodeWatcherOptions, type NodeWatcherState } from '../../control/kube/node-watcher.ts';
 
 async function waitFor(what: string, predicate: () => boolean, timeoutMs = 20_000): Promise<void> {
@@ -333,7 +333,7 @@ describe('NodeWatcher', () => {
   test('after stop() and close() nothing keeps the process alive', async () => {
     // A child process runs a synced watcher and one stuck in backoff, stops them, closes the
     // server and must then exit on its own: a leftover timer or socket would keep it running.
-    const apiServer = fileURLToPath(new URL('../../control/kube/api-server.ts', import.meta.url));
+    const apiServer = fileURLToPath(new URL('../../lab/kube-api-server.ts', import.meta.url));
     const nodeWatcher = fileURLToPath(new URL('../../control/kube/node-watcher.ts', import.meta.url));
     const script = `
       const { KubeApiServer } = await import(${JSON.stringify(apiServer)});

@@ -1,5 +1,6 @@
 /**
- * A small Kubernetes-API-compatible HTTP server for Node objects, for tests and the local demo.
+ * A small Kubernetes-API-compatible HTTP server for Node objects, for tests and the local demo
+ * (not the agent's: it lives with the lab).
  *
  * It speaks just enough of kube-apiserver's wire protocol for @kubernetes/client-node (and
  * kubectl) to list, get, watch, create, replace, merge-patch and delete `/api/v1/nodes`:
@@ -18,12 +19,23 @@
  * Every request is recorded (method, path, query, content type) so a test can tell a merge
  * patch from a full update.
  *
- * Not implemented: authentication, namespaced resources, subresources (`/status`), JSON patch
+ * Identities and admission (optional): `tokens` maps bearer tokens to users (username, groups,
+ * extra such as `authentication.kubernetes.io/node-name`, as a pod-bound service-account token
+ * gives); once any token is known, a request without a known token is answered 401. `admission`
+ * is asked about every create, update (PUT or PATCH, no-op ones included, as admission runs before
+ * storage) and delete over HTTP with the request's user, the object and the old object; a denial
+ * is answered 403 Forbidden or 422 Invalid with the policy's message, as kube-apiserver does for a
+ * ValidatingAdmissionPolicy (lab/admission-policy.ts evaluates deploy/roamguard.yaml's). Without
+ * tokens requests are anonymous; the programmatic API (createNode, updateNode...) is never
+ * checked. Discovery (`/api`, `/api/v1`, `/apis`) is served, enough for kubectl's resource names.
+ *
+ * Not implemented: RBAC, namespaced resources, subresources (`/status`), JSON patch
  * and server-side apply (answered 415), strategic-merge list semantics (a strategic merge patch
  * is applied as a JSON merge patch, which is exact for maps such as metadata.annotations),
  * bookmarks, `limit`/`continue` paging (the whole list is returned, which the API allows).
  */
 import http from 'node:http';
+import https from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { KubeConfig } from '@kubernetes/client-node';
@@ -69,7 +81,7 @@ export interface KubeStatus {
   status: 'Success' | 'Failure';
   message?: string;
   reason?: string;
-  details?: { name?: string; kind?: string; uid?: string };
+  details?: { name?: string; kind?: string; uid?: string; causes?: Array<{ reason?: string; message: string; field?: string }> };
   code: number;
 }
 
@@ -94,7 +106,44 @@ export interface FailureSpec {
   match?: (request: RecordedRequest) => boolean;
 }
 
+/** The authenticated user of a request, as kube-apiserver's admission sees it. */
+export interface RequestUser {
+  username: string;
+  uid?: string;
+  groups?: string[];
+  extra?: Record<string, string[]>;
+}
+
+export interface AdmissionAttributes {
+  operation: 'CREATE' | 'UPDATE' | 'DELETE';
+  resource: 'nodes';
+  name: string;
+  userInfo: RequestUser;
+  /** The object as it would be stored (null for DELETE). */
+  object: KubeNode | null;
+  /** The stored object (null for CREATE). */
+  oldObject: KubeNode | null;
+}
+
+export type AdmissionAnswer =
+  | { matched: false }
+  | { matched: true; allowed: true }
+  | { matched: true; allowed: false; reason: string; message: string };
+
+export type AdmissionHook = (request: AdmissionAttributes) => AdmissionAnswer;
+
+export const ANONYMOUS: RequestUser = { username: 'system:anonymous', groups: ['system:unauthenticated'] };
+
 export interface KubeApiServerOptions {
+  /**
+   * Serve https:// with this key and certificate (PEM). kubectl sends no bearer token over plain
+   * http://, and neither does the agent (control/kube/kube-config.ts refuses it).
+   */
+  tls?: { key: string; cert: string };
+  /** Bearer tokens and the users they authenticate (see the file comment). */
+  tokens?: Record<string, RequestUser>;
+  /** Asked about every write over HTTP (see the file comment). */
+  admission?: AdmissionHook;
   /** Default 127.0.0.1. */
   host?: string;
   /** Default 0 (any free port). */
@@ -225,7 +274,7 @@ export function parseFieldSelector(text: string): Predicate {
 
 export interface KubeConfigOptions {
   clusters: Array<{ name: string; server: string; skipTLSVerify: boolean }>;
-  users: Array<{ name: string }>;
+  users: Array<{ name: string; token?: string }>;
   contexts: Array<{ name: string; cluster: string; user: string }>;
   currentContext: string;
 }
@@ -241,22 +290,23 @@ function checkServerUrl(url: string): void {
 }
 
 /**
- * Options for `KubeConfig.loadFromOptions` pointing at `url` with no credentials.
- * client-node refuses plain http unless skipTLSVerify is set, so it is set (there is no TLS).
+ * Options for `KubeConfig.loadFromOptions` pointing at `url`, with no credentials or a bearer
+ * token. client-node refuses plain http unless skipTLSVerify is set, so it is set (there is no
+ * TLS). A token over http:// is for tests on loopback only: the agent refuses that combination.
  */
-export function kubeConfigOptionsFor(url: string): KubeConfigOptions {
+export function kubeConfigOptionsFor(url: string, token?: string): KubeConfigOptions {
   checkServerUrl(url);
   const name = 'roamguard-local';
   return {
     clusters: [{ name, server: url, skipTLSVerify: true }],
-    users: [{ name }],
+    users: [token === undefined ? { name } : { name, token }],
     contexts: [{ name, cluster: name, user: name }],
     currentContext: name,
   };
 }
 
 /** A kubeconfig file's text (YAML) pointing at `url`, for KUBECONFIG and kubectl. */
-export function kubeConfigFor(url: string): string {
+export function kubeConfigFor(url: string, token?: string): string {
   const { clusters: [cluster], contexts: [context] } = kubeConfigOptionsFor(url);
   return [
     'apiVersion: v1',
@@ -268,7 +318,7 @@ export function kubeConfigFor(url: string): string {
     '    insecure-skip-tls-verify: true',
     'users:',
     `- name: ${context.user}`,
-    '  user: {}',
+    token === undefined ? '  user: {}' : `  user:\n    token: ${JSON.stringify(token)}`,
     'contexts:',
     `- name: ${context.name}`,
     '  context:',
@@ -280,9 +330,9 @@ export function kubeConfigFor(url: string): string {
 }
 
 /** A `KubeConfig` object pointing at `url`. */
-export function kubeConfigObjectFor(url: string): KubeConfig {
+export function kubeConfigObjectFor(url: string, token?: string): KubeConfig {
   const kc = new KubeConfig();
-  kc.loadFromOptions(kubeConfigOptionsFor(url));
+  kc.loadFromOptions(kubeConfigOptionsFor(url, token));
   return kc;
 }
 
@@ -329,9 +379,15 @@ export class KubeApiServer {
   #failure: (FailureSpec & { remaining: number }) | undefined;
   #unavailable = false;
   #latencyMs = 0;
+  readonly #tokens = new Map<string, RequestUser>();
+  #admission: AdmissionHook | undefined;
+  readonly #tls: { key: string; cert: string } | undefined;
 
   constructor(options: KubeApiServerOptions = {}) {
     const { host = '127.0.0.1', port = 0, historyLimit = 1000, initialResourceVersion = 1 } = options;
+    for (const [token, user] of Object.entries(options.tokens ?? {})) this.addToken(token, user);
+    this.#admission = options.admission;
+    this.#tls = options.tls && { key: options.tls.key, cert: options.tls.cert };
     if (typeof host !== 'string' || host === '') throw new Error('KubeApiServer: host must be a non-empty string');
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`KubeApiServer: bad port ${port}`);
     if (!Number.isInteger(historyLimit) || historyLimit < 1) throw new Error(`KubeApiServer: historyLimit must be a positive integer, got ${historyLimit}`);
@@ -350,7 +406,8 @@ export class KubeApiServer {
   async start(): Promise<void> {
     if (this.#server) throw new Error('KubeApiServer: already started');
     if (this.#closed) throw new Error('KubeApiServer: closed servers cannot be restarted');
-    const server = http.createServer((req, res) => this.#onRequest(req, res));
+    const onRequest = (req: http.IncomingMessage, res: http.ServerResponse) => this.#onRequest(req, res);
+    const server: http.Server = this.#tls ? https.createServer(this.#tls, onRequest) : http.createServer(onRequest);
     server.on('connection', (socket: Socket) => {
       // "Unavailable" resets every new connection: clients see ECONNRESET, as with a dead server.
       if (this.#unavailable) { socket.destroy(); return; }
@@ -389,13 +446,13 @@ export class KubeApiServer {
   get url(): string {
     if (!this.#server || this.#port === 0) throw new Error('KubeApiServer: not started');
     const host = this.#host.includes(':') ? `[${this.#host}]` : this.#host;
-    return `http://${host}:${this.#port}`;
+    return `${this.#tls ? 'https' : 'http'}://${host}:${this.#port}`;
   }
 
   get port(): number { return this.#port; }
 
   /** A KubeConfig pointing at this server. */
-  kubeConfig(): KubeConfig { return kubeConfigObjectFor(this.url); }
+  kubeConfig(token?: string): KubeConfig { return kubeConfigObjectFor(this.url, token); }
 
   // ---- store (programmatic API) ----
 
@@ -443,6 +500,20 @@ export class KubeApiServer {
 
   listNodes(): KubeNode[] {
     return [...this.#nodes.keys()].sort().map((name) => structuredClone(this.#nodes.get(name)!));
+  }
+
+  // ---- identities and admission ----
+
+  /** Makes `token` authenticate as `user`; from now on requests without a known token get 401. */
+  addToken(token: string, user: RequestUser): void {
+    if (typeof token !== 'string' || !/^[\x21-\x7e]+$/.test(token)) throw new Error('addToken: a token is a non-empty string of visible ASCII');
+    if (typeof user?.username !== 'string' || user.username === '') throw new Error('addToken: the user needs a username');
+    this.#tokens.set(token, structuredClone(user));
+  }
+
+  /** Sets (or, with undefined, removes) the admission hook. */
+  setAdmission(hook: AdmissionHook | undefined): void {
+    this.#admission = hook;
   }
 
   // ---- fault injection and inspection ----
@@ -513,8 +584,11 @@ export class KubeApiServer {
     if (node.status !== undefined && !isPlainObject(node.status)) fail(422, `Node "${name}" is invalid: status must be an object`, 'Invalid');
   }
 
-  /** Replaces `current` with `next`, keeping the server-owned metadata; no-op changes commit nothing. */
-  #replace(current: KubeNode, next: unknown): KubeNode {
+  /**
+   * Replaces `current` with `next`, keeping the server-owned metadata; no-op changes commit
+   * nothing. With `user` (an HTTP request) the change is admitted first.
+   */
+  #replace(current: KubeNode, next: unknown, user?: RequestUser): KubeNode {
     if (!isPlainObject(next) || !isPlainObject(next.metadata)) fail(400, 'Node must be a JSON object with metadata');
     const node = next as unknown as KubeNode;
     const name = current.metadata.name;
@@ -528,8 +602,46 @@ export class KubeApiServer {
     node.metadata.creationTimestamp = current.metadata.creationTimestamp;
     node.metadata.resourceVersion = current.metadata.resourceVersion;
     this.#checkNode(node);
+    if (user) this.#admit({ operation: 'UPDATE', resource: 'nodes', name, userInfo: user, object: node, oldObject: current });
     if (JSON.stringify(node) === JSON.stringify(current)) return structuredClone(current);
     return this.#commit('MODIFIED', node, current);
+  }
+
+  /** createNode for an HTTP request: the object as it would be stored is admitted first. */
+  #create(input: NodeInput, user: RequestUser): KubeNode {
+    if (this.#admission && isPlainObject(input) && isPlainObject(input.metadata) && typeof input.metadata.name === 'string') {
+      const object = structuredClone(input) as unknown as KubeNode;
+      object.apiVersion = 'v1';
+      object.kind = 'Node';
+      this.#admit({ operation: 'CREATE', resource: 'nodes', name: input.metadata.name, userInfo: user, object, oldObject: null });
+    }
+    return this.createNode(input);
+  }
+
+  /** The user a request's bearer token names; anonymous while no token is configured. */
+  #authenticate(req: http.IncomingMessage): RequestUser {
+    if (this.#tokens.size === 0) return ANONYMOUS;
+    const header = req.headers.authorization ?? '';
+    const token = /^Bearer (\S+)$/i.exec(header)?.[1];
+    const user = token === undefined ? undefined : this.#tokens.get(token);
+    if (!user) fail(401, 'Unauthorized', 'Unauthorized');
+    return structuredClone(user);
+  }
+
+  /** Refuses the request as kube-apiserver does when a validating admission policy denies it. */
+  #admit(request: AdmissionAttributes): void {
+    if (!this.#admission) return;
+    // kube-apiserver's typed objects always carry spec and status (Go structs), so the policy's
+    // expressions may rely on them; this store keeps whatever the test created.
+    const typed = (node: KubeNode | null) => node && { ...structuredClone(node), spec: node.spec ?? {}, status: node.status ?? {} };
+    const answer = this.#admission({ ...structuredClone(request), object: typed(request.object), oldObject: typed(request.oldObject) });
+    if (!answer.matched || answer.allowed) return;
+    const details = { name: request.name, kind: 'nodes' };
+    if (answer.reason === 'Forbidden') fail(403, `nodes "${request.name}" is forbidden: ${answer.message}`, 'Forbidden', details);
+    if (answer.reason === 'Unauthorized') fail(401, answer.message, 'Unauthorized', details);
+    if (answer.reason === 'RequestEntityTooLarge') fail(413, answer.message, 'RequestEntityTooLarge', details);
+    // As an Invalid error with one cause on no field: kubectl prints 'The nodes "x" is invalid: : …'.
+    fail(422, `Node "${request.name}" is invalid: : ${answer.message}`, 'Invalid', { ...details, causes: [{ reason: 'FieldValueInvalid', message: answer.message, field: '' }] });
   }
 
   #commit(type: WatchEventType, node: KubeNode, previous?: KubeNode): KubeNode {
@@ -595,6 +707,8 @@ export class KubeApiServer {
       this.#sendJson(res, 200, { major: '1', minor: '34', gitVersion: 'v1.34.0-roamguard-fake', platform: 'linux/amd64' });
       return;
     }
+    const user = this.#authenticate(req);
+    if (path === '/api' || path === '/apis' || path === '/api/v1') return this.#sendJson(res, 200, discovery(path));
     const match = path.match(/^\/api\/v1\/nodes(?:\/([^/]+))?$/);
     if (!match) fail(404, 'the server could not find the requested resource', 'NotFound');
     const name = match[1] === undefined ? undefined : decodeURIComponent(match[1]);
@@ -603,7 +717,7 @@ export class KubeApiServer {
     if (name === undefined) {
       if (method === 'GET' && record.watch) return this.#serveWatch(req, res, url);
       if (method === 'GET') return this.#sendJson(res, 200, this.#list(url));
-      if (method === 'POST') return this.#sendJson(res, 201, this.createNode(parseJson(body!) as unknown as NodeInput));
+      if (method === 'POST') return this.#sendJson(res, 201, this.#create(parseJson(body!) as unknown as NodeInput, user));
       fail(405, `method ${method} is not supported on the nodes collection`, 'MethodNotAllowed');
     }
     switch (method) {
@@ -613,11 +727,12 @@ export class KubeApiServer {
         const current = this.#mustGet(name);
         const next = parseJson(body!);
         this.#checkPrecondition(current, next);
-        return this.#sendJson(res, 200, this.#replace(current, next));
+        return this.#sendJson(res, 200, this.#replace(current, next, user));
       }
       case 'PATCH':
-        return this.#sendJson(res, 200, this.#patch(name, record.contentType, body!));
+        return this.#sendJson(res, 200, this.#patch(name, record.contentType, body!, user));
       case 'DELETE': {
+        this.#admit({ operation: 'DELETE', resource: 'nodes', name, userInfo: user, object: null, oldObject: this.#mustGet(name) });
         const deleted = this.deleteNode(name);
         return this.#sendJson(res, 200, {
           kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success',
@@ -656,7 +771,7 @@ export class KubeApiServer {
     }
   }
 
-  #patch(name: string, contentType: string | undefined, body: Buffer): KubeNode {
+  #patch(name: string, contentType: string | undefined, body: Buffer, user: RequestUser): KubeNode {
     const mediaType = (contentType ?? '').split(';')[0].trim().toLowerCase();
     if (mediaType !== MERGE_PATCH && mediaType !== STRATEGIC_MERGE_PATCH) {
       fail(415, `the body of the request was in an unknown format - accepted media types include: ${MERGE_PATCH}, ${STRATEGIC_MERGE_PATCH}`, 'UnsupportedMediaType');
@@ -670,7 +785,7 @@ export class KubeApiServer {
     const current = this.#mustGet(name);
     this.#checkPrecondition(current, patch);
     const merged = applyMergePatch(current as unknown as JsonObject, patch);
-    return this.#replace(current, merged);
+    return this.#replace(current, merged, user);
   }
 
   #serveWatch(req: http.IncomingMessage, res: http.ServerResponse, url: URL): void {
@@ -737,6 +852,20 @@ export class KubeApiServer {
     res.writeHead(code, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
     res.end(text);
   }
+}
+
+/** Just enough discovery for kubectl to map "node"/"nodes" to /api/v1/nodes. */
+function discovery(path: string): JsonObject {
+  if (path === '/api') return { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [] };
+  if (path === '/apis') return { kind: 'APIGroupList', apiVersion: 'v1', groups: [] };
+  return {
+    kind: 'APIResourceList',
+    groupVersion: 'v1',
+    resources: [{
+      name: 'nodes', singularName: 'node', namespaced: false, kind: 'Node', shortNames: ['no'],
+      verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'],
+    }],
+  };
 }
 
 async function readBody(req: http.IncomingMessage): Promise<Buffer> {
