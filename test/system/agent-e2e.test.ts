@@ -265,24 +265,30 @@ describe('agent end to end (three nodes)', { timeout: 720_000 + OUTAGE_S * 1000 
   });
 
   test('a compromised node claiming what the cluster did not give it gets none of it; a stolen-token patch of another node is undone by that node', async () => {
-    const victim = cluster.node(1), observer = cluster.node(2), hostile = cluster.node(3);
+    // The hostile node is the oldest: under "the older node wins" alone it would take the victim's range.
+    const hostile = cluster.node(1), observer = cluster.node(2), victim = cluster.node(3);
     const hostileKey = cluster.publicKeyOf(hostile)!, victimKey = cluster.publicKeyOf(victim)!;
-    const pod1 = pods.get(1)!, pod2 = pods.get(2)!, pod3 = pods.get(3)!;
-    const allowedBefore = new Map(await Promise.all([victim, observer].map(async (n) => [n.name, (await cluster.wgPeers(n)).get(hostileKey)?.allowedIps] as const)));
+    const podH = pods.get(1)!, podO = pods.get(2)!, podV = pods.get(3)!;
+    const allowedBefore = new Map(await Promise.all([observer, victim].map(async (n) => [n.name, (await cluster.wgPeers(n)).get(hostileKey)?.allowedIps] as const)));
+    for (const [name, allowed] of allowedBefore) assert.ok(allowed?.includes(hostile.podCidrs[0]), `${name} meshes the hostile node to begin with: ${allowed}`);
     // node-2 also sits on a LAN (its kubelet reports the address): no node may claim that LAN as pods.
     cluster.api.updateNode(observer.name, (n) => { n.status = { ...(n.status ?? {}), addresses: [...statusAddressesOf(n), { type: 'InternalIP', address: '192.168.77.2' }] }; });
 
-    // node-3 is compromised: its agent is gone (the attacker holds its token), its data plane still runs.
+    // node-1 is compromised: its agent is gone (the attacker holds its token), its data plane still runs.
     await cluster.stopAgent(hostile);
     const hostileClaims = [victim.podCidrs[0], '169.254.0.0/16', '192.168.77.0/24', '8.0.0.0/8'];
     await mergePatchNode(hostile.name, {
       'roamguard.io/pod-cidrs': JSON.stringify([...hostile.podCidrs, ...hostileClaims]),
-      'roamguard.io/node-ips': JSON.stringify([hostile.ipv4, pod1.ipv4]),
+      'roamguard.io/node-ips': JSON.stringify([hostile.ipv4, podV.ipv4]),
     });
-    for (const n of [victim, observer]) {
-      await waitFor(() => hostileClaims.every((c) => new RegExp(`WARN.*refused a claim of a node.*node=${hostile.name} field=roamguard.io/pod-cidrs claim=${c.replace(/\./g, '\\.')}`).test(n.agent!.stderr))
-        && new RegExp(`refused a claim of a node.*node=${hostile.name} field=roamguard.io/node-ips claim=${pod1.ipv4.replace(/\./g, '\\.')}`).test(n.agent!.stderr), 20_000, { description: `${n.name} refusing each hostile claim` });
-      assert.deepEqual((await cluster.wgPeers(n)).get(hostileKey)?.allowedIps, allowedBefore.get(n.name), `${n.name}: node-3 holds what it held before, nothing more`);
+    for (const n of [observer, victim]) {
+      const refusedAll = () => hostileClaims.every((c) => new RegExp(`WARN.*refused a claim of a node.*node=${hostile.name} field=roamguard.io/pod-cidrs claim=${c.replace(/\./g, '\\.')}`).test(n.agent!.stderr))
+        && new RegExp(`refused a claim of a node.*node=${hostile.name} field=roamguard.io/node-ips claim=${podV.ipv4.replace(/\./g, '\\.')}`).test(n.agent!.stderr);
+      const allowedNow = async () => (await cluster.wgPeers(n)).get(hostileKey)?.allowedIps;
+      // Whichever comes first: the agent's verdict, or a change of what node-3 holds.
+      await waitFor(async () => refusedAll() || JSON.stringify(await allowedNow()) !== JSON.stringify(allowedBefore.get(n.name)), 20_000, { description: `${n.name} acting on the hostile claims` });
+      assert.deepEqual(await allowedNow(), allowedBefore.get(n.name), `${n.name}: the hostile node holds what it held before, nothing more`);
+      assert.ok(refusedAll(), `${n.name}: one WARN per refused claim`);
       for (const dst of ['169.254.1.1', '192.168.77.5', '8.8.8.8']) {
         const route = await n.ns.exec('ip', ['route', 'get', dst], { allowFailure: true });
         assert.ok(!route.stdout.includes(`dev ${n.ifname}`), `${n.name}: ${dst} is not routed into the tunnel: ${route.stdout}${route.stderr}`);
@@ -299,37 +305,37 @@ describe('agent end to end (three nodes)', { timeout: 720_000 + OUTAGE_S * 1000 
 }
 ` });
     const sendUdp = (from: Pod, dst: string) => from.ns.exec('bash', ['-c', `for i in 1 2 3; do echo canary > /dev/udp/${dst}/9999; done`], { allowFailure: true });
-    for (const from of [pod1, pod2]) for (const dst of [pod1.ipv4, pod2.ipv4, '169.254.1.1', '192.168.77.5', '8.8.8.8']) await sendUdp(from, dst);
-    await sendUdp(pod2, pod3.ipv4); // the control: the canary does see what is node-3's
+    for (const from of [podO, podV]) for (const dst of [podV.ipv4, podO.ipv4, '169.254.1.1', '192.168.77.5', '8.8.8.8']) await sendUdp(from, dst);
+    await sendUdp(podO, podH.ipv4); // the control: the canary does see what is the hostile node's own
     const counted = async (comment: string) => {
       const text = (await hostile.ns.exec('nft', ['list', 'table', 'inet', canary])).stdout;
       return Number(new RegExp(`counter packets (\\d+) bytes \\d+ comment "${comment}"`).exec(text)?.[1] ?? NaN);
     };
-    await waitFor(async () => (await counted('own')) >= 1, 10_000, { description: 'the canary counting traffic to node-3\'s own pods' });
+    await waitFor(async () => (await counted('own')) >= 1, 10_000, { description: 'the canary counting traffic to the hostile node\'s own pods' });
     assert.equal(await counted('stolen'), 0, 'no pod traffic of the others reached the hostile node');
-    await assertPing(pod2.ns, pod1.ipv4, { count: 2, deadlineS: 10 }, 'node-2 pod → node-1 pod with node-3 claiming node-1\'s range and pod IP');
+    await assertPing(podO.ns, podV.ipv4, { count: 2, deadlineS: 10 }, 'node-2 pod → node-3 pod with node-1 claiming node-3\'s range and pod IP');
     await hostile.ns.exec('nft', ['delete', 'table', 'inet', canary]);
 
-    // node-3's agent comes back and publishes what is its own again.
+    // node-1's agent comes back and publishes what is its own again.
     await cluster.startAgent(hostile);
-    await waitFor(() => JSON.parse(cluster.api.getNode(hostile.name)!.metadata.annotations!['roamguard.io/pod-cidrs']).length === hostile.podCidrs.length, 15_000, { description: 'node-3 publishing its own claims again' });
+    await waitFor(() => JSON.parse(cluster.api.getNode(hostile.name)!.metadata.annotations!['roamguard.io/pod-cidrs']).length === hostile.podCidrs.length, 15_000, { description: 'node-1 publishing its own claims again' });
 
-    // A stolen token patches node-1 directly: another key (a man in the middle) and another endpoint.
+    // A stolen token patches node-3 directly: another key (a man in the middle) and another endpoint.
     const thiefKey = Buffer.alloc(32, 0x5a).toString('base64');
     const patchedAt = performance.now();
     await mergePatchNode(victim.name, { 'roamguard.io/public-key': thiefKey, 'roamguard.io/force-endpoint': '10.77.0.99:51820' });
-    await waitFor(() => cluster.publicKeyOf(victim) === victimKey, 20_000, { description: 'node-1 restoring its public key' });
+    await waitFor(() => cluster.publicKeyOf(victim) === victimKey, 20_000, { description: 'node-3 restoring its public key' });
     const restoredS = (performance.now() - patchedAt) / 1000;
     assert.ok(restoredS < Number(victim.env.RESYNC_INTERVAL) + 5, `restored within one resync (${restoredS.toFixed(1)} s)`);
     await waitFor(() => /WARN.*someone else changed an annotation of this Node.*field=roamguard.io\/public-key/.test(victim.agent!.stderr)
-      && /WARN.*force-endpoint changed.*to=10\.77\.0\.99:51820/.test(victim.agent!.stderr), 10_000, { description: 'node-1 warning about both fields' });
+      && /WARN.*force-endpoint changed.*to=10\.77\.0\.99:51820/.test(victim.agent!.stderr), 10_000, { description: 'node-3 warning about both fields' });
     assert.equal(cluster.api.getNode(victim.name)!.metadata.annotations!['roamguard.io/force-endpoint'], '10.77.0.99:51820', 'force-endpoint is the operator\'s: reported, not undone');
     await mergePatchNode(victim.name, { 'roamguard.io/force-endpoint': null }); // the operator takes it back
     for (const n of [observer, hostile]) {
-      await waitFor(async () => { const peers = await cluster.wgPeers(n); return peers.has(victimKey) && !peers.has(thiefKey); }, 20_000, { description: `${n.name} back on node-1's own key` });
+      await waitFor(async () => { const peers = await cluster.wgPeers(n); return peers.has(victimKey) && !peers.has(thiefKey); }, 20_000, { description: `${n.name} back on node-3's own key` });
     }
-    await assertPing(pod2.ns, pod1.ipv4, { count: 2, deadlineS: 20 }, 'node-2 pod → node-1 pod after the restore');
-    await assertPing(pod3.ns, pod1.ipv6, { count: 2, deadlineS: 20 }, 'node-3 pod → node-1 pod after the restore');
+    await assertPing(podO.ns, podV.ipv4, { count: 2, deadlineS: 20 }, 'node-2 pod → node-3 pod after the restore');
+    await assertPing(podH.ns, podV.ipv6, { count: 2, deadlineS: 20 }, 'node-1 pod → node-3 pod after the restore');
     cluster.api.updateNode(observer.name, (n) => { n.status = { ...(n.status ?? {}), addresses: statusAddressesOf(n).filter((a) => a.address !== '192.168.77.2') }; });
   });
 
