@@ -391,7 +391,8 @@ export class Agent implements AgentStatusSource {
       }
       await this.publish();
     }
-    await this.restoreOwnAnnotations(own);
+    // Fail static: an API server that cannot be read or patched now must not hold up the mesh.
+    await this.restoreOwnAnnotations(own).catch((err: Error) => this.log.warn('could not check or restore this Node\'s annotations; the next pass retries', { node: s.nodeName, error: err.message }));
     const mesh = desiredMesh(nodes, {
       nodeName: s.nodeName, publicKey: this.publicKey || '-', podCidrs: this.local.podCidrs, addresses: this.local.addresses,
     }, {
