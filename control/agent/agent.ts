@@ -19,7 +19,9 @@ import type { Settings } from '../config/settings.ts';
 import { loadOrCreatePrivateKey } from '../identity/private-key.ts';
 import type { AgentLogger } from '../log.ts';
 import { ANNOTATION, formatDiscoveredEndpoints, type NodeObject } from '../mesh/annotations.ts';
-import { desiredMesh, sortAddresses, type MeshState } from '../mesh/desired-peers.ts';
+import { desiredMesh, sortAddresses, specPodCidrs, type MeshState } from '../mesh/desired-peers.ts';
+import { parseAllowedRanges, podCidrRefusal } from '../mesh/claims.ts';
+import { parsePrefix } from '../../dataplane/net/ip.ts';
 import { newReconcileMemory, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
 import { judgeReachability, type ReachabilityMemory } from './reachability.ts';
 import { observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
@@ -114,6 +116,7 @@ export class Agent implements AgentStatusSource {
   private workingHere = new Set<string>();
   private readonly refusedLogged: Once = new Set();
   private readonly conflictsLogged: Once = new Set();
+  private readonly ownRefusalsLogged: Once = new Set();
   private discoveryTimer: NodeJS.Timeout | undefined;
   private writtenConflist = '';
   private appliedRuleset = '';
@@ -210,11 +213,28 @@ export class Agent implements AgentStatusSource {
         podCidrs.push(...read.cidrs);
       }
     }
+    this.warnOnClaimsOthersRefuse(own, podCidrs);
     const interfaceAddresses = s.nodeIpInterfaces.length > 0 ? await globalUnicastAddresses(s.nodeIpInterfaces, this.runner) : [];
     const statusAddresses = (own.status?.addresses ?? [])
       .filter((a) => (a.type === 'InternalIP' || a.type === 'ExternalIP') && typeof a.address === 'string')
       .map((a) => a.address!);
     return { podCidrs: sortAddresses(podCidrs), addresses: sortAddresses([...statusAddresses, ...interfaceAddresses]), interfaceAddresses: sortAddresses(interfaceAddresses) };
+  }
+
+  /**
+   * Every other agent checks this node's pod CIDRs against its spec or POD_CIDR_ALLOWED_RANGES
+   * (control/mesh/claims.ts); one they will refuse is said here, once, where it can be fixed.
+   */
+  private warnOnClaimsOthersRefuse(own: NodeObject, podCidrs: readonly string[]): void {
+    const spec = specPodCidrs(own);
+    const allowed = parseAllowedRanges(this.settings.podCidrAllowedRanges);
+    const refusals = podCidrs.flatMap((c) => {
+      const reason = podCidrRefusal(parsePrefix(c), { spec, allowed, nodeAddresses: [], held: [] });
+      return reason === undefined ? [] : [{ id: `${c}\n${reason}`, item: { claim: c, reason } }];
+    });
+    for (const r of newOnes(this.ownRefusalsLogged, refusals)) {
+      this.log.warn('the other nodes will refuse this pod CIDR of this node (set POD_CIDR_ALLOWED_RANGES on every agent, or use the spec source)', { node: this.settings.nodeName, claim: r.claim, reason: `${r.claim} ${r.reason}` });
+    }
   }
 
   /**
