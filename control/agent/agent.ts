@@ -121,7 +121,7 @@ export class Agent implements AgentStatusSource {
   private writtenConflist = '';
   private appliedRuleset = '';
   private appliedRoutes = '';
-  private readonly rejectedLogged = new Map<string, string>();
+  private readonly rejectedLogged: Once = new Set();
   private timer: NodeJS.Timeout | undefined;
   private resyncTimer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
@@ -423,12 +423,9 @@ export class Agent implements AgentStatusSource {
     const refused = newOnes(this.refusedLogged, (mesh.refused ?? []).map((r) => ({ id: `${r.node}\n${r.field}\n${r.claim}`, item: r })));
     for (const r of refused) this.log.warn('refused a claim of a node: the rest of its claims and the mesh are unaffected', { node: r.node, field: r.field, claim: r.claim, reason: r.reason });
     this.refusedClaims += refused.length;
-    for (const r of mesh.rejected) {
-      if (this.rejectedLogged.get(r.node) === r.reason) continue;
-      this.rejectedLogged.set(r.node, r.reason);
+    for (const r of newOnes(this.rejectedLogged, mesh.rejected.map((r) => ({ id: `${r.node}\n${r.reason}`, item: r })))) {
       this.log.warn('skipping a node: its annotations are not usable', { node: r.node, reason: r.reason });
     }
-    for (const name of [...this.rejectedLogged.keys()]) if (!mesh.rejected.some((r) => r.node === name)) this.rejectedLogged.delete(name);
 
     if (!s.firewallOnly) {
       let fresh = full ? await this.setUpTunnel() : false;
