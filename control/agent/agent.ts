@@ -18,9 +18,15 @@ import { keyToBase64, shortKey } from '../../dataplane/noise/keys.ts';
 import type { Settings } from '../config/settings.ts';
 import { loadOrCreatePrivateKey } from '../identity/private-key.ts';
 import type { AgentLogger } from '../log.ts';
-import { ANNOTATION, formatDiscoveredEndpoints, formatOwnAnnotations, type NodeObject } from '../mesh/annotations.ts';
-import { desiredMesh, sortAddresses, type MeshState } from '../mesh/desired-peers.ts';
-import { newReconcileMemory, planReconcile, RECENT_HANDSHAKE_MS, type ReconcileMemory } from '../mesh/reconcile.ts';
+import { ANNOTATION, formatDiscoveredEndpoints, type NodeObject } from '../mesh/annotations.ts';
+import { desiredMesh, sortAddresses, specPodCidrs, type MeshState } from '../mesh/desired-peers.ts';
+import { parseAllowedRanges, podCidrRefusal } from '../mesh/claims.ts';
+import { parsePrefix } from '../../dataplane/net/ip.ts';
+import { newReconcileMemory, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
+import { judgeReachability, type ReachabilityMemory } from './reachability.ts';
+import { observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
+import { annotationDrift, forceEndpointChange, ownAnnotations, restorePatch, type AnnotationPatch } from './own-annotations.ts';
+import { newOnes, type Once } from './once.ts';
 import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
 import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import { renderConflist, writeConflistAtomically } from '../host/cni-config.ts';
@@ -73,6 +79,12 @@ export class Agent implements AgentStatusSource {
   reconciles = 0;
   reconcileDurationMsTotal = 0;
   lastReconcileDurationMs: number | undefined;
+  /** Claims of other Nodes refused so far (each counted once while it persists). */
+  refusedClaims = 0;
+  /** Wanted routes left alone because a route that is not ours goes there (each counted once). */
+  routeConflicts = 0;
+  /** Annotations of this Node put back after someone else changed them. */
+  annotationsRestored = 0;
   get nodeName(): string { return this.settings.nodeName; }
   get informer(): NodeWatcher | undefined { return this.watcher; }
   get dataplane(): UapiClient | undefined { return this.uapi; }
@@ -93,15 +105,23 @@ export class Agent implements AgentStatusSource {
   private local: LocalView = { podCidrs: [], addresses: [], interfaceAddresses: [] };
   private published = '';
   private publishedDiscovered: string | undefined;
-  /** Base64 key → when the agent first configured the peer (for "never handshook" checks). */
-  private readonly configuredAt = new Map<string, number>();
+  /** Every annotation of this Node the agent wrote, as it wrote it (what a tamperer's change is measured against). */
+  private written: AnnotationPatch = {};
+  /** This Node's force-endpoint at the last look (undefined before the first). */
+  private seenForceEndpoint: string | null | undefined;
   /** Peers without a working session: nodes that cannot reach each other (for status and metrics). */
   readonly unreachable = new Set<string>();
+  private readonly reachability: ReachabilityMemory = { configuredAt: new Map(), unreachable: this.unreachable };
+  /** Peers answering at one of their own addresses at the last look (observations cannot move them). */
+  private workingHere = new Set<string>();
+  private readonly refusedLogged: Once = new Set();
+  private readonly conflictsLogged: Once = new Set();
+  private readonly ownRefusalsLogged: Once = new Set();
   private discoveryTimer: NodeJS.Timeout | undefined;
   private writtenConflist = '';
   private appliedRuleset = '';
   private appliedRoutes = '';
-  private readonly rejectedLogged = new Map<string, string>();
+  private readonly rejectedLogged: Once = new Set();
   private timer: NodeJS.Timeout | undefined;
   private resyncTimer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
@@ -193,11 +213,28 @@ export class Agent implements AgentStatusSource {
         podCidrs.push(...read.cidrs);
       }
     }
+    this.warnOnClaimsOthersRefuse(own, podCidrs);
     const interfaceAddresses = s.nodeIpInterfaces.length > 0 ? await globalUnicastAddresses(s.nodeIpInterfaces, this.runner) : [];
     const statusAddresses = (own.status?.addresses ?? [])
       .filter((a) => (a.type === 'InternalIP' || a.type === 'ExternalIP') && typeof a.address === 'string')
       .map((a) => a.address!);
     return { podCidrs: sortAddresses(podCidrs), addresses: sortAddresses([...statusAddresses, ...interfaceAddresses]), interfaceAddresses: sortAddresses(interfaceAddresses) };
+  }
+
+  /**
+   * Every other agent checks this node's pod CIDRs against its spec or POD_CIDR_ALLOWED_RANGES
+   * (control/mesh/claims.ts); one they will refuse is said here, once, where it can be fixed.
+   */
+  private warnOnClaimsOthersRefuse(own: NodeObject, podCidrs: readonly string[]): void {
+    const spec = specPodCidrs(own);
+    const allowed = parseAllowedRanges(this.settings.podCidrAllowedRanges);
+    const refusals = podCidrs.flatMap((c) => {
+      const reason = podCidrRefusal(parsePrefix(c), { spec, allowed, nodeAddresses: [], held: [] });
+      return reason === undefined ? [] : [{ id: `${c}\n${reason}`, item: { claim: c, reason } }];
+    });
+    for (const r of newOnes(this.ownRefusalsLogged, refusals)) {
+      this.log.warn('the other nodes will refuse this pod CIDR of this node (set POD_CIDR_ALLOWED_RANGES on every agent, or use the spec source)', { node: this.settings.nodeName, claim: r.claim, reason: `${r.claim} ${r.reason}` });
+    }
   }
 
   /**
@@ -248,66 +285,71 @@ export class Agent implements AgentStatusSource {
 
   private async publish(): Promise<void> {
     const s = this.settings;
-    const annotations: Record<string, string | null> = formatOwnAnnotations({
-      publicKey: this.publicKey, listenPort: s.listenPort, podCidrs: this.local.podCidrs, nodeIps: this.local.interfaceAddresses,
+    const annotations = ownAnnotations({
+      publicKey: this.publicKey, listenPort: s.listenPort, podCidrs: this.local.podCidrs, nodeIps: this.local.interfaceAddresses, firewallOnly: s.firewallOnly,
     });
-    if (s.firewallOnly) annotations['roamguard.io/public-key'] = null; // a firewall-only node is not a peer
     const text = JSON.stringify(annotations);
     if (text === this.published) return;
     await patchNodeAnnotations(this.kc, s.nodeName, annotations);
     this.published = text;
+    this.written = { ...this.written, ...annotations };
     this.log.info('published this node\'s annotations', { node: s.nodeName, key: this.publicKey ? this.publicKey.slice(0, 8) : undefined, podCidrs: this.local.podCidrs });
+  }
+
+  /**
+   * Puts back this Node's annotations that someone else changed (see own-annotations.ts), and
+   * says so when the operator's force-endpoint changed. The watch cache may trail the agent's
+   * own last patch, so a difference is confirmed by a fresh read before it counts as tampering.
+   */
+  private async restoreOwnAnnotations(own: NodeObject | undefined): Promise<void> {
+    const name = this.settings.nodeName;
+    if (!own || Object.keys(this.written).length === 0) return;
+    const cached = own.metadata?.annotations;
+    const change = forceEndpointChange(this.seenForceEndpoint, cached);
+    this.seenForceEndpoint = cached?.[ANNOTATION.forceEndpoint] ?? null;
+    if (change) {
+      this.log.warn('this Node\'s force-endpoint changed: it is the operator\'s, so the agent leaves it, but every peer now sends this node\'s traffic there', {
+        node: name, field: ANNOTATION.forceEndpoint, from: change.from, to: change.to,
+      });
+    }
+    if (annotationDrift(this.written, cached).length === 0) return;
+    const fresh = await readNode(this.kc, name) as NodeObject;
+    const drift = annotationDrift(this.written, fresh.metadata?.annotations);
+    if (drift.length === 0) return;
+    const shown = (v: string | null) => (v === null ? '(absent)' : v.length > 120 ? `${v.slice(0, 120)}…` : v);
+    for (const d of drift) {
+      this.log.warn('someone else changed an annotation of this Node; restoring what the agent published', { node: name, field: d.field, found: shown(d.found), restored: shown(d.expected) });
+    }
+    await patchNodeAnnotations(this.kc, name, restorePatch(drift));
+    this.annotationsRestored += drift.length;
   }
 
   /**
    * Publishes where the data plane sees peers that are not at any of their own addresses (they
    * are behind NAT), so nodes that cannot observe them can use the mapping (Kilo's approach).
-   * Only peers with a recent handshake count: an endpoint is only known to work if it did.
    */
   private async publishDiscovered(mesh: MeshState, device: DeviceSnapshot): Promise<void> {
-    const observed = new Map<string, string>();
-    const now = Date.now();
-    for (const peer of device.peers) {
-      const key = keyToBase64(peer.publicKey);
-      const want = mesh.peers.get(key);
-      if (!want || !peer.endpoint || peer.lastHandshakeWallMs <= 0 || now - peer.lastHandshakeWallMs >= RECENT_HANDSHAKE_MS) continue;
-      if ((want.addresses ?? []).includes(peer.endpoint.host)) continue;
-      observed.set(key, peer.endpoint.toString());
-    }
+    const observed = observedEndpoints(mesh.peers, device, Date.now());
     const text = formatDiscoveredEndpoints(observed);
     if (text === this.publishedDiscovered) return;
-    await patchNodeAnnotations(this.kc, this.settings.nodeName, { [ANNOTATION.discoveredEndpoints]: observed.size > 0 ? text : null });
+    const value = observed.size > 0 ? text : null;
+    await patchNodeAnnotations(this.kc, this.settings.nodeName, { [ANNOTATION.discoveredEndpoints]: value });
     this.publishedDiscovered = text;
+    this.written = { ...this.written, [ANNOTATION.discoveredEndpoints]: value };
     this.log.debug('published discovered endpoints', { peers: observed.size });
   }
 
-  /**
-   * Says so when a peer has no working session: no first handshake three keepalive periods
-   * after it was configured, or none for longer than WireGuard keeps a session (180 s) plus a keepalive. Two
-   * nodes that cannot reach each other (both behind NATs that do not let them meet) show up here
-   * instead of failing silently.
-   */
+  /** Logs peers that lost or regained a working session (see reachability.ts). */
   private checkReachability(mesh: MeshState, device: DeviceSnapshot): void {
-    const now = Date.now();
-    const keepaliveMs = this.settings.persistentKeepalive * 1000;
-    const byKey = new Map(device.peers.map((p) => [keyToBase64(p.publicKey), p]));
-    for (const key of [...this.configuredAt.keys()]) if (!mesh.peers.has(key)) this.configuredAt.delete(key);
-    for (const key of [...this.unreachable]) if (!mesh.peers.has(key)) this.unreachable.delete(key);
-    for (const [key, peer] of mesh.peers) {
-      if (!this.configuredAt.has(key)) this.configuredAt.set(key, now);
-      const last = byKey.get(key)?.lastHandshakeWallMs ?? 0;
-      // Handshake attempts repeat every 5 s and keepalives keep NAT mappings open: three
-      // keepalive periods (at least 15 s) without a first handshake means it is not coming.
-      const firstDeadline = Math.max(15_000, 3 * keepaliveMs);
-      const stale = last > 0 ? now - last > RECENT_HANDSHAKE_MS + keepaliveMs : now - this.configuredAt.get(key)! > firstDeadline;
-      if (stale && !this.unreachable.has(key)) {
-        this.unreachable.add(key);
+    const changes = judgeReachability(mesh.peers, device, this.reachability, { nowWallMs: Date.now(), persistentKeepaliveS: this.settings.persistentKeepalive });
+    for (const c of changes) {
+      if (c.kind === 'unreachable') {
         this.log.warn('no working session with a peer: it may be unreachable from here (for example both nodes behind NATs that do not let them meet)', {
-          node: peer.nodeName, key: key.slice(0, 8), endpoint: peer.endpoint, endpointSource: peer.endpointSource,
-          lastHandshake: last > 0 ? new Date(last).toISOString() : 'never',
+          node: c.peer.nodeName, key: c.key.slice(0, 8), endpoint: c.peer.endpoint, endpointSource: c.peer.endpointSource,
+          lastHandshake: c.lastHandshakeWallMs > 0 ? new Date(c.lastHandshakeWallMs).toISOString() : 'never',
         });
-      } else if (!stale && this.unreachable.delete(key)) {
-        this.log.info('a peer is reachable again', { node: peer.nodeName, key: key.slice(0, 8), endpoint: peer.endpoint });
+      } else {
+        this.log.info('a peer is reachable again', { node: c.peer.nodeName, key: c.key.slice(0, 8), endpoint: c.peer.endpoint });
       }
     }
   }
@@ -369,18 +411,21 @@ export class Agent implements AgentStatusSource {
       }
       await this.publish();
     }
+    // Fail static: an API server that cannot be read or patched now must not hold up the mesh.
+    await this.restoreOwnAnnotations(own).catch((err: Error) => this.log.warn('could not check or restore this Node\'s annotations; the next pass retries', { node: s.nodeName, error: err.message }));
     const mesh = desiredMesh(nodes, {
       nodeName: s.nodeName, publicKey: this.publicKey || '-', podCidrs: this.local.podCidrs, addresses: this.local.addresses,
     }, {
       wgIpFamily: s.wgIpFamily, nativeRouting: s.nativeRouting, defaultListenPort: s.listenPort, persistentKeepalive: s.persistentKeepalive,
+      podCidrAllowedRanges: s.podCidrAllowedRanges, workingAtOwnAddress: this.workingHere,
     });
     this.lastMesh = mesh;
-    for (const r of mesh.rejected) {
-      if (this.rejectedLogged.get(r.node) === r.reason) continue;
-      this.rejectedLogged.set(r.node, r.reason);
+    const refused = newOnes(this.refusedLogged, (mesh.refused ?? []).map((r) => ({ id: `${r.node}\n${r.field}\n${r.claim}`, item: r })));
+    for (const r of refused) this.log.warn('refused a claim of a node: the rest of its claims and the mesh are unaffected', { node: r.node, field: r.field, claim: r.claim, reason: r.reason });
+    this.refusedClaims += refused.length;
+    for (const r of newOnes(this.rejectedLogged, mesh.rejected.map((r) => ({ id: `${r.node}\n${r.reason}`, item: r })))) {
       this.log.warn('skipping a node: its annotations are not usable', { node: r.node, reason: r.reason });
     }
-    for (const name of [...this.rejectedLogged.keys()]) if (!mesh.rejected.some((r) => r.node === name)) this.rejectedLogged.delete(name);
 
     if (!s.firewallOnly) {
       let fresh = full ? await this.setUpTunnel() : false;
@@ -401,6 +446,7 @@ export class Agent implements AgentStatusSource {
       if (plan.request) await this.uapi!.set(plan.request);
       await this.publishDiscovered(mesh, snapshot);
       this.checkReachability(mesh, snapshot);
+      this.workingHere = workingAtOwnAddress(mesh.peers, snapshot, Date.now());
       for (const action of plan.actions) {
         if (action.kind === 'remove') this.log.info('removed a peer whose key no Node carries', { key: action.publicKey.slice(0, 8) });
         else this.log.info(action.kind === 'add' ? 'added a peer' : 'updated a peer', {
@@ -410,7 +456,10 @@ export class Agent implements AgentStatusSource {
       }
       const routesKey = JSON.stringify(mesh.tunnelRoutes);
       if (full || routesKey !== this.appliedRoutes) {
-        await reconcileRoutes({ device: s.interfaceName, cidrs: mesh.tunnelRoutes, runner: this.runner });
+        const routes = await reconcileRoutes({ device: s.interfaceName, cidrs: mesh.tunnelRoutes, runner: this.runner });
+        const conflicts = newOnes(this.conflictsLogged, routes.conflicts.map((c) => ({ id: `${c.dst}\n${c.existing}`, item: c })));
+        for (const c of conflicts) this.log.warn('not routing a pod CIDR into the tunnel: a route that is not the agent\'s already goes there, and the agent never replaces one', { destination: c.dst, existing: c.existing });
+        this.routeConflicts += conflicts.length;
         this.appliedRoutes = routesKey;
       }
       await this.writeCni();

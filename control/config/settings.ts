@@ -6,6 +6,8 @@
  * Every setting, its default and its meaning is listed in SETTINGS below; the README and the
  * DaemonSet manifest are written from the same list.
  */
+import { formatIp, formatPrefix, parseIp, parsePrefix } from '../../dataplane/net/ip.ts';
+
 export type IpFamilyChoice = 'ipv4' | 'ipv6' | 'dualstack';
 export type PodCidrSource = 'none' | 'spec' | 'file';
 /** Which data plane the agent starts when no daemon answers on the control socket. */
@@ -31,6 +33,8 @@ export interface Settings {
   firewallOnly: boolean;
   podCidrSource: PerFamily<PodCidrSource>;
   podCidrSourcePath: string;
+  /** Canonical prefixes where pod CIDRs of a family without `spec.podCIDRs` may lie (every agent the same). */
+  podCidrAllowedRanges: string[];
   nodeIpInterfaces: string[];
   kubeconfig: string;
   /** An explicit API server URL: used before kube-proxy makes the in-cluster Service reachable. */
@@ -116,6 +120,30 @@ function text(defaultValue: string, doc: string, check?: { test: (v: string) => 
   };
 }
 
+/** A comma-separated list of CIDRs with host bits zero (prefix lengths /8../32 and /16../128), canonical. */
+function cidrList(doc: string): Spec<string[]> {
+  const accepted = 'comma-separated CIDRs with host bits zero, e.g. 10.250.0.0/16,fd00:250::/48 (IPv4 /8 or longer, IPv6 /16 or longer), or empty';
+  return {
+    default: '', doc,
+    parse(value, name) {
+      const out: string[] = [];
+      for (const item of value.split(',').map((x) => x.trim()).filter(Boolean)) {
+        let prefix;
+        try {
+          prefix = parsePrefix(item);
+        } catch {
+          return fail(name, value, accepted);
+        }
+        const slash = item.indexOf('/');
+        if (slash < 0 || formatIp(parseIp(item.slice(0, slash))) !== formatIp(prefix.address)) fail(name, value, accepted);
+        if (prefix.bits < (prefix.address.length === 4 ? 8 : 16)) fail(name, value, accepted);
+        out.push(formatPrefix(prefix));
+      }
+      return [...new Set(out)];
+    },
+  };
+}
+
 const INTERFACE_NAME = /^[A-Za-z0-9_.-]{1,15}$/;
 const ABSOLUTE_PATH = { test: (v: string) => v.startsWith('/') && !v.includes('\0'), accepted: 'an absolute path' };
 const OPTIONAL_PATH = { test: (v: string) => v === '' || ABSOLUTE_PATH.test(v), accepted: 'an absolute path or empty' };
@@ -143,6 +171,7 @@ export const SETTINGS = {
   POD_CIDR_SOURCE_IPV4: oneOf<PodCidrSource>('spec', ['none', 'spec', 'file'], 'where this node\'s IPv4 pod CIDRs come from'),
   POD_CIDR_SOURCE_IPV6: oneOf<PodCidrSource>('spec', ['none', 'spec', 'file'], 'where this node\'s IPv6 pod CIDRs come from'),
   POD_CIDR_SOURCE_PATH: text('', 'file with one pod CIDR per line (for the "file" source; watched for changes)', OPTIONAL_PATH),
+  POD_CIDR_ALLOWED_RANGES: cidrList('where pod CIDRs of a family without spec.podCIDRs (the "file" source) may lie; the same on every agent, since each checks every node\'s claims against it'),
   NODE_IP_INTERFACES: text('', 'comma-separated interfaces whose global unicast addresses are added to the node addresses',
     { test: (v) => v === '' || v.split(',').every((n) => INTERFACE_NAME.test(n.trim())), accepted: 'a comma-separated list of interface names' }),
   KUBECONFIG: text('', 'kubeconfig file (empty = in-cluster service account)', OPTIONAL_PATH),
@@ -192,6 +221,7 @@ export function loadSettings(env: Env = process.env): Settings {
     firewallOnly: get('FIREWALL_ONLY'),
     podCidrSource: { ipv4: get('POD_CIDR_SOURCE_IPV4'), ipv6: get('POD_CIDR_SOURCE_IPV6') },
     podCidrSourcePath: get('POD_CIDR_SOURCE_PATH'),
+    podCidrAllowedRanges: get('POD_CIDR_ALLOWED_RANGES'),
     nodeIpInterfaces: get('NODE_IP_INTERFACES').split(',').map((s) => s.trim()).filter(Boolean),
     kubeconfig: get('KUBECONFIG'),
     apiServer: get('KUBE_API_SERVER'),

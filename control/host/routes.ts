@@ -91,12 +91,50 @@ export async function listOwnRoutes(device: string, family: 4 | 6, protocol = DE
   return parseRouteDestinations(result.stdout);
 }
 
+/** A route to a destination we wanted that belongs to someone else (the kernel, an admin, a daemon). */
+export interface RouteConflict {
+  dst: string;
+  /** How the other route is described (`dev eth0 proto kernel`). */
+  existing: string;
+}
+
+/**
+ * Routes in the main table whose destination is exactly `dst` that are not ours: a route with a
+ * protocol other than ours, or ours on another device. `ip route replace` would silently take
+ * such a route over (in a namespace test it replaced the kernel's connected route of a LAN), so
+ * reconcile leaves the destination alone instead.
+ */
+export function foreignRoutes(json: string, dst: string, device: string, protocol: number): RouteConflict[] {
+  const out: RouteConflict[] = [];
+  for (const entry of parseJsonArray(json, '`ip -j route show exact` output')) {
+    const e = entry as { dst?: unknown; dev?: unknown; protocol?: unknown; type?: unknown };
+    if (typeof e.dst !== 'string') continue;
+    let canonical: string;
+    try {
+      canonical = formatPrefix(parsePrefix(e.dst === 'default' ? (dst.includes(':') ? '::/0' : '0.0.0.0/0') : e.dst));
+    } catch {
+      continue;
+    }
+    if (canonical !== dst) continue;
+    const proto = e.protocol === undefined ? 'boot' : String(e.protocol);
+    if (proto === String(protocol) && e.dev === device) continue;
+    out.push({ dst, existing: [e.type && e.type !== 'unicast' ? String(e.type) : '', e.dev ? `dev ${String(e.dev)}` : '', `proto ${proto}`].filter(Boolean).join(' ') });
+  }
+  return out;
+}
+
+export interface RouteReport extends ReconcileReport {
+  /** Wanted destinations left alone because a route that is not ours already goes there. */
+  conflicts: RouteConflict[];
+}
+
 /**
  * Makes the routes with our protocol on `device` exactly the given CIDRs: missing ones are added
- * (`ip route replace`, so a stale route to the same destination is taken over rather than
- * failing), extra ones deleted. Each family is listed and changed on its own.
+ * (`ip route add`), extra ones deleted. A destination that already has a route that is not ours
+ * is a conflict: reported, nothing changed (never `replace`). Each family is listed and changed
+ * on its own.
  */
-export async function reconcileRoutes(options: RouteReconcileOptions): Promise<ReconcileReport> {
+export async function reconcileRoutes(options: RouteReconcileOptions): Promise<RouteReport> {
   const device = validateDeviceName(options.device);
   const protocol = validateProtocol(options.protocol ?? DEFAULT_ROUTE_PROTOCOL);
   const runner = options.runner ?? systemRunner;
@@ -105,13 +143,26 @@ export async function reconcileRoutes(options: RouteReconcileOptions): Promise<R
     // A /0 through the tunnel would take the host's own default route, and its underlay with it.
     if (p.bits === 0) throw new Error(`refusing to route ${formatPrefix(p)} through ${device}`);
   }
-  const report: ReconcileReport = { added: [], removed: [] };
+  const report: RouteReport = { added: [], removed: [], conflicts: [] };
   for (const family of [4, 6] as const) {
     const want = desired.filter((p) => prefixFamily(p) === family).map(formatPrefix);
     const have = await listOwnRoutes(device, family, protocol, runner);
     for (const dst of want) {
       if (have.includes(dst)) continue;
-      await runChecked(runner, `add the route to ${dst}`, 'ip', [`-${family}`, 'route', 'replace', dst, 'dev', device, 'proto', String(protocol)]);
+      const existing = await runChecked(runner, `list routes to ${dst}`, 'ip', ['-j', `-${family}`, 'route', 'show', 'exact', dst]);
+      const conflicts = foreignRoutes(existing.stdout, dst, device, protocol);
+      if (conflicts.length > 0) {
+        report.conflicts.push(...conflicts);
+        continue;
+      }
+      // `add`, not `replace`: should a route appear between the listing and now, the kernel
+      // refuses (EEXIST) and that is a conflict too.
+      const added = await runner('ip', [`-${family}`, 'route', 'add', dst, 'dev', device, 'proto', String(protocol)]);
+      if (added.code !== 0 && /File exists/i.test(added.stderr)) {
+        report.conflicts.push({ dst, existing: 'a route created meanwhile' });
+        continue;
+      }
+      if (added.code !== 0) throw new Error(`cannot add the route to ${dst}: ${added.command} exited ${added.code}: ${added.stderr.trim()}`);
       report.added.push(dst);
     }
     for (const dst of have) {
@@ -228,6 +279,6 @@ export async function configureTunnelInterface(options: TunnelInterfaceOptions):
 }
 
 /** Removes every route with our protocol from `device` (cleanup); other routes stay. */
-export async function removeRoutes(options: { device: string; protocol?: number; runner?: CommandRunner }): Promise<ReconcileReport> {
+export async function removeRoutes(options: { device: string; protocol?: number; runner?: CommandRunner }): Promise<RouteReport> {
   return reconcileRoutes({ device: options.device, cidrs: [], protocol: options.protocol, runner: options.runner });
 }

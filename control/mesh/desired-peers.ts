@@ -19,6 +19,7 @@
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { parseIp, parsePrefix, type Prefix } from '../../dataplane/net/ip.ts';
 import { ANNOTATION, canonicalIp, parseDiscoveredEndpoints, parseNodeAnnotations, type NodeObject } from './annotations.ts';
+import { isSiteLocalAddress, nodeIpRefusal, parseAllowedRanges, podCidrRefusal, type RefusedClaim } from './claims.ts';
 import type { IpFamilyChoice, PerFamily } from '../config/settings.ts';
 
 export interface DesiredPeer {
@@ -47,6 +48,11 @@ export interface MeshState {
   peers: Map<string, DesiredPeer>;
   /** Nodes left out because of what they publish; every other node is unaffected. */
   rejected: Rejection[];
+  /**
+   * Single claims left out (see claims.ts); the node keeps its other claims. Always set by
+   * `desiredMesh` (optional only so hand-made states in tests need not list it).
+   */
+  refused?: RefusedClaim[];
   /** Nodes that publish no roamguard key yet (agent not started there): no peer, no warning. */
   waiting: string[];
   /** Every node's pod CIDRs, this node's included (firewall sets), canonical order. */
@@ -72,6 +78,13 @@ export interface MeshOptions {
   /** Used when a node does not publish its port. */
   defaultListenPort: number;
   persistentKeepalive: number;
+  /** `POD_CIDR_ALLOWED_RANGES`: where pod CIDRs of a family without `spec.podCIDRs` may lie. */
+  podCidrAllowedRanges?: readonly string[];
+  /**
+   * Peers (base64 keys) this node has a working session with at one of the peer's own addresses:
+   * what others observe cannot move them (see `observedMayOverride`).
+   */
+  workingAtOwnAddress?: ReadonlySet<string>;
 }
 
 /** IPv4 before IPv6, then by address bytes, then by prefix length. */
@@ -94,28 +107,9 @@ function familyOfText(text: string): 4 | 6 {
   return text.includes(':') ? 6 : 4;
 }
 
-function overlaps(a: Prefix, b: Prefix): boolean {
-  if (a.address.length !== b.address.length) return false;
-  const bits = Math.min(a.bits, b.bits);
-  for (let i = 0; i < a.address.length && i * 8 < bits; i++) {
-    const keep = Math.min(8, bits - i * 8);
-    const mask = (0xff << (8 - keep)) & 0xff;
-    if ((a.address[i] & mask) !== (b.address[i] & mask)) return false;
-  }
-  return true;
-}
-
 /** InternalIP and ExternalIP entries of the Node plus its `node-ips` annotation, canonical order. */
 export function nodeAddresses(node: NodeObject, annotatedIps: readonly string[]): string[] {
-  const out: string[] = [...annotatedIps];
-  for (const entry of node.status?.addresses ?? []) {
-    if (entry?.type !== 'InternalIP' && entry?.type !== 'ExternalIP') continue;
-    if (typeof entry.address !== 'string') continue;
-    try {
-      out.push(canonicalIp(entry.address, 'status.addresses'));
-    } catch { /* kubelet wrote something odd: not an address we can use */ }
-  }
-  return sortAddresses(out);
+  return sortAddresses([...annotatedIps, ...statusAddresses(node)]);
 }
 
 /** The first address of the chosen family (dualstack: IPv4 first, else IPv6). */
@@ -134,23 +128,55 @@ function creationOrder(node: NodeObject): number {
   return Number.isFinite(ms) ? ms : Number.MAX_SAFE_INTEGER;
 }
 
+/** A Node's `spec.podCIDRs` (or `spec.podCIDR`), parsed; what is not a prefix is skipped. */
+export function specPodCidrs(node: NodeObject): Prefix[] {
+  const texts = node.spec?.podCIDRs ?? (node.spec?.podCIDR ? [node.spec.podCIDR] : []);
+  const out: Prefix[] = [];
+  for (const text of Array.isArray(texts) ? texts : []) {
+    try {
+      if (typeof text === 'string') out.push(parsePrefix(text));
+    } catch { /* not a prefix: the controller manager never writes that */ }
+  }
+  return out;
+}
+
+/** The InternalIP and ExternalIP entries of a Node's status that parse as addresses. */
+function statusAddresses(node: NodeObject): string[] {
+  const out: string[] = [];
+  for (const entry of node.status?.addresses ?? []) {
+    if (entry?.type !== 'InternalIP' && entry?.type !== 'ExternalIP') continue;
+    if (typeof entry.address !== 'string') continue;
+    try {
+      out.push(canonicalIp(entry.address, 'status.addresses'));
+    } catch { /* kubelet wrote something odd: not an address we can use */ }
+  }
+  return out;
+}
+
 /** Computes the desired mesh from every Node. Never throws on what Nodes contain. */
 export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, options: MeshOptions): MeshState {
   const rejected: Rejection[] = [];
+  const refused: RefusedClaim[] = [];
   const waiting: string[] = [];
   const ordered = [...nodes]
     .filter((n) => typeof n.metadata?.name === 'string' && n.metadata.name !== self.nodeName)
     .sort((a, b) => creationOrder(a) - creationOrder(b) || (a.metadata!.name! < b.metadata!.name! ? -1 : 1));
+  const allowed = parseAllowedRanges(options.podCidrAllowedRanges ?? []);
 
   const keyOwner = new Map<string, string>([[self.publicKey, self.nodeName]]);
   const cidrClaims: Array<{ prefix: Prefix; node: string }> = self.podCidrs.map((c) => ({ prefix: parsePrefix(c), node: self.nodeName }));
   const ownAddresses = new Set(self.addresses.map((a) => canonicalIp(a, 'own address')));
+  // Addresses the kubelet reports (and ours): no pod CIDR claim may cover one.
+  const knownAddresses = [
+    ...[...ownAddresses].map((a) => ({ address: parseIp(a), node: self.nodeName })),
+    ...ordered.flatMap((n) => statusAddresses(n).map((a) => ({ address: parseIp(a), node: n.metadata!.name! }))),
+  ];
 
-  interface Accepted {
-    name: string; publicKey: string; publicKeyBytes: Uint8Array; podCidrs: string[]; addresses: string[];
-    published?: string; forced?: string; discovered: Map<string, string>;
+  interface Candidate {
+    node: NodeObject; name: string; publicKey: string; publicKeyBytes: Uint8Array; podCidrs: string[]; nodeIps: string[];
+    listenPort?: number; forced?: string;
   }
-  const accepted: Accepted[] = [];
+  const candidates: Candidate[] = [];
   for (const node of ordered) {
     const name = node.metadata!.name!;
     const parsed = parseNodeAnnotations(node);
@@ -167,22 +193,48 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
         : `${ANNOTATION.publicKey} is already used by node ${owner}` });
       continue;
     }
-    const prefixes = a.podCidrs.map((c) => parsePrefix(c));
-    const clash = prefixes.flatMap((p, i) => {
-      const other = cidrClaims.find((claim) => overlaps(claim.prefix, p));
-      return other ? [`${a.podCidrs[i]} overlaps a pod CIDR of node ${other.node}`] : [];
-    });
-    if (clash.length > 0) {
-      rejected.push({ node: name, reason: `${ANNOTATION.podCidrs}: ${clash[0]}` });
-      continue;
-    }
     keyOwner.set(a.publicKey, name);
-    prefixes.forEach((prefix) => cidrClaims.push({ prefix, node: name }));
-    const addresses = nodeAddresses(node, a.nodeIps);
+    const spec = specPodCidrs(node);
+    const podCidrs: string[] = [];
+    for (const claim of a.podCidrs) {
+      const prefix = parsePrefix(claim);
+      const reason = podCidrRefusal(prefix, { spec, allowed, nodeAddresses: knownAddresses, held: cidrClaims });
+      if (reason !== undefined) {
+        refused.push({ node: name, field: ANNOTATION.podCidrs, claim, reason: `${claim} ${reason}` });
+        continue;
+      }
+      cidrClaims.push({ prefix, node: name });
+      podCidrs.push(claim);
+    }
+    candidates.push({ node, name, publicKey: a.publicKey, publicKeyBytes: a.publicKeyBytes, podCidrs, nodeIps: a.nodeIps, listenPort: a.listenPort, forced: a.forceEndpoint });
+  }
+
+  // Node addresses become /32 and /128 allowed-IPs: none may take a pod's address.
+  const everyPodCidr = [
+    ...cidrClaims,
+    ...nodes.flatMap((n) => specPodCidrs(n).map((prefix) => ({ prefix, node: n.metadata?.name ?? '?' }))),
+  ];
+  const checkAddresses = (name: string, field: string, list: readonly string[]): string[] => list.filter((ip) => {
+    const reason = nodeIpRefusal(parseIp(ip), { podCidrs: everyPodCidr, allowed });
+    if (reason !== undefined) refused.push({ node: name, field, claim: ip, reason: `${ip} ${reason}` });
+    return reason === undefined;
+  });
+
+  interface Accepted {
+    name: string; publicKey: string; publicKeyBytes: Uint8Array; podCidrs: string[]; addresses: string[];
+    published?: string; forced?: string; discovered: Map<string, string>;
+  }
+  const accepted: Accepted[] = [];
+  for (const c of candidates) {
+    const status = statusAddresses(c.node);
+    const addresses = sortAddresses([
+      ...checkAddresses(c.name, ANNOTATION.nodeIps, c.nodeIps),
+      ...checkAddresses(c.name, 'status.addresses', status.filter((ip) => !c.nodeIps.includes(ip))),
+    ]);
     let published: string | undefined;
     const host = selectEndpointHost(addresses, options.wgIpFamily);
-    if (host !== undefined) published = new Endpoint(host, a.listenPort ?? options.defaultListenPort).toString();
-    accepted.push({ name, publicKey: a.publicKey, publicKeyBytes: a.publicKeyBytes, podCidrs: a.podCidrs, addresses, published, forced: a.forceEndpoint, discovered: parseDiscoveredEndpoints(node) });
+    if (host !== undefined) published = new Endpoint(host, c.listenPort ?? options.defaultListenPort).toString();
+    accepted.push({ name: c.name, publicKey: c.publicKey, publicKeyBytes: c.publicKeyBytes, podCidrs: c.podCidrs, addresses, published, forced: c.forced, discovered: parseDiscoveredEndpoints(c.node) });
   }
 
   // What every node sees every other node at: key → observations (observer name, endpoint).
@@ -212,7 +264,8 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
       .filter((ip) => addressCount.get(ip) === 1 && !ownAddresses.has(ip))
       .map((ip) => `${ip}/${parseIp(ip).length * 8}`);
     const nat = natView(node.publicKey, node.addresses);
-    const { endpoint, source } = chooseEndpoint({ forced: node.forced, published: node.published, nat, selfNat });
+    const mayOverride = observedMayOverride({ published: node.published, workingAtOwnAddress: options.workingAtOwnAddress?.has(node.publicKey) ?? false });
+    const { endpoint, source } = chooseEndpoint({ forced: node.forced, published: node.published, nat: mayOverride ? nat : undefined, selfNat });
     peers.set(node.publicKey, {
       nodeName: node.name,
       publicKey: node.publicKey,
@@ -228,6 +281,7 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
   return {
     peers,
     rejected,
+    refused,
     waiting,
     clusterPodCidrs: sortAddresses([...self.podCidrs, ...accepted.flatMap((n) => n.podCidrs)]),
     tunnelRoutes: sortAddresses(tunnelRoutes),
@@ -262,6 +316,28 @@ export function natObservation(observations: ReadonlyArray<{ observer: string; e
     if (!best || entry[1].count > best[1].count || (entry[1].count === best[1].count && entry[1].first < best[1].first)) best = entry;
   }
   return best ? { address: Endpoint.parse(best[0]).host, endpoint: best[0] } : undefined;
+}
+
+/**
+ * When what other nodes observe (`discovered-endpoints`) may replace the address a peer publishes.
+ * Any node can write any observation, so an observation is only believed where the published
+ * address cannot be the way in:
+ *
+ * - the peer publishes no address, or only a site-local one (RFC 1918, 100.64.0.0/10, fc00::/7),
+ *   which nobody outside its site can reach; a peer publishing a globally routable address is
+ *   reached there, whatever anyone reports; and
+ * - this node has no working session with the peer at one of the peer's own addresses (a peer
+ *   that answers us where it says it is stays there).
+ *
+ * Among believed observations the endpoint most observers report wins (`natObservation`), and a
+ * node's observation of itself is never counted. A single lying node can therefore only point
+ * others at a peer that they could not reach at its published address anyway, and WireGuard's
+ * authentication still keeps the liar from reading or forging that traffic.
+ */
+export function observedMayOverride(input: { published?: string; workingAtOwnAddress: boolean }): boolean {
+  if (input.workingAtOwnAddress) return false;
+  if (input.published === undefined) return true;
+  return isSiteLocalAddress(Endpoint.parse(input.published).host);
 }
 
 /**

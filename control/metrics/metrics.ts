@@ -50,6 +50,9 @@ export const METRIC_HELP: Record<string, string> = {
   roamguard_mesh_peers: 'peers in the desired mesh (Nodes with usable annotations)',
   roamguard_mesh_rejected_nodes: 'Nodes left out because their annotations are not usable',
   roamguard_mesh_waiting_nodes: 'Nodes without a roamguard public key yet',
+  roamguard_mesh_refused_claims_total: 'claims of Nodes refused (a pod CIDR or node address the cluster did not give that node), each counted once while it lasts',
+  roamguard_route_conflicts_total: 'pod CIDR routes not installed because a route that is not the agent\'s goes there (never replaced)',
+  roamguard_own_annotations_restored_total: 'annotations of this Node put back after someone else changed them',
   roamguard_peers_unreachable: 'peers without a working session (as the agent logs them: no first handshake within three keepalive periods, or none for 180 s + keepalive)',
   roamguard_dataplane_up: '1 when the data plane answers on its control socket',
   roamguard_dataplane_counters_available: '1 when the data plane answers roamguard\'s counters (0 for wireguard-go)',
@@ -101,6 +104,7 @@ export class AgentMetrics {
     gauge('roamguard_mesh_peers');
     gauge('roamguard_mesh_rejected_nodes');
     gauge('roamguard_mesh_waiting_nodes');
+    for (const name of ['roamguard_mesh_refused_claims_total', 'roamguard_route_conflicts_total', 'roamguard_own_annotations_restored_total']) counter(name);
     gauge('roamguard_peers_unreachable');
     gauge('roamguard_dataplane_up');
     gauge('roamguard_dataplane_counters_available');
@@ -197,6 +201,9 @@ export class AgentMetrics {
     this.g('roamguard_mesh_peers').set(mesh?.peers.size ?? 0);
     this.g('roamguard_mesh_rejected_nodes').set(mesh?.rejected.length ?? 0);
     this.g('roamguard_mesh_waiting_nodes').set(mesh?.waiting.length ?? 0);
+    this.c('roamguard_mesh_refused_claims_total').inc(s.refusedClaims ?? 0);
+    this.c('roamguard_route_conflicts_total').inc(s.routeConflicts ?? 0);
+    this.c('roamguard_own_annotations_restored_total').inc(s.annotationsRestored ?? 0);
 
     const { snapshot, stats } = reading;
     this.g('roamguard_dataplane_up').set(snapshot ? 1 : 0);

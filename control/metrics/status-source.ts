@@ -47,4 +47,8 @@ export interface AgentStatusSource {
    * handshake that has not been connected for 30 s.
    */
   readonly unreachable?: ReadonlySet<string>;
+  /** Claims of other Nodes refused, route conflicts left alone, own annotations restored (see the agent). */
+  readonly refusedClaims?: number;
+  readonly routeConflicts?: number;
+  readonly annotationsRestored?: number;
 }

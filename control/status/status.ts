@@ -149,7 +149,8 @@ export function buildStatus(input: StatusInput): StatusReport {
     countersAvailable: input.stats !== undefined,
     drops,
     peers,
-    rejected: input.nodes ? mesh.rejected : [],
+    // Nodes left out and single claims refused: both are what an operator must look at.
+    rejected: input.nodes ? [...mesh.rejected, ...(mesh.refused ?? []).map((r) => ({ node: r.node, reason: `${r.field}: ${r.reason}` }))] : [],
   };
 }
 

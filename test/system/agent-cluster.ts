@@ -20,8 +20,9 @@ export type ClusterNode = WorldNode & { index: number };
 export class AgentCluster {
   private constructor(readonly world: World, readonly outside: Namespace) {}
 
-  static async create(scope: Scope, nodeCount: number): Promise<AgentCluster> {
-    const world = await World.create(scope, { backbone: LAN });
+  /** `agentEnv`: settings every agent gets (e.g. POD_CIDR_ALLOWED_RANGES, which must agree cluster-wide). */
+  static async create(scope: Scope, nodeCount: number, options: { agentEnv?: Record<string, string> } = {}): Promise<AgentCluster> {
+    const world = await World.create(scope, { backbone: LAN, agentEnv: options.agentEnv });
     const cluster = new AgentCluster(world, await world.addHost(LAN.name, OUTSIDE_INDEX));
     for (let i = 1; i <= nodeCount; i++) await cluster.addNode(i);
     return cluster;

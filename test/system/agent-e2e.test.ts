@@ -16,11 +16,13 @@ const scope = new Scope();
 /** How long the API server stays unreachable: seconds in the default run, minutes with ROAMGUARD_SOAK=1. */
 const OUTAGE_S = process.env.ROAMGUARD_SOAK === '1' ? 240 : 6;
 let cluster: AgentCluster;
+const ALLOWED_RANGES = ['10.250.0.0/16'];
 const pods = new Map<number, Pod>();
 
 before(async () => {
   await requireDaemonPrerequisites(['roamguard-node', 'wireguard-go'], ['nft', 'conntrack']);
-  cluster = await AgentCluster.create(scope, 3);
+  // Pod CIDRs of a family without spec.podCIDRs (the file source test) must lie in this, on every agent.
+  cluster = await AgentCluster.create(scope, 3, { agentEnv: { POD_CIDR_ALLOWED_RANGES: ALLOWED_RANGES.join(',') } });
 });
 after(async () => { await scope.cleanup(); });
 
@@ -53,6 +55,18 @@ async function sourcesSeen(reporter: NsProcess, count: number): Promise<string[]
 
 async function nftRuleset(node: ClusterNode): Promise<string> {
   return (await node.ns.exec('nft', ['list', 'table', 'inet', 'roamguard'])).stdout;
+}
+
+function statusAddressesOf(node: { status?: unknown }): Array<{ type: string; address: string }> {
+  return ((node.status as { addresses?: Array<{ type: string; address: string }> } | undefined)?.addresses ?? []);
+}
+
+/** A JSON merge patch of a Node's annotations straight to the API server, as anyone holding a token could send it. */
+async function mergePatchNode(name: string, annotations: Record<string, string | null>): Promise<void> {
+  const response = await fetch(`${cluster.api.url}/api/v1/nodes/${name}`, {
+    method: 'PATCH', headers: { 'Content-Type': 'application/merge-patch+json' }, body: JSON.stringify({ metadata: { annotations } }),
+  });
+  assert.equal(response.status, 200, `PATCH node ${name}: ${await response.text()}`);
 }
 
 async function restartAgent(node: ClusterNode, env: Record<string, string> = {}): Promise<void> {
@@ -225,24 +239,105 @@ describe('agent end to end (three nodes)', { timeout: 720_000 + OUTAGE_S * 1000 
       'huge-list': { 'roamguard.io/public-key': freshKey(21), 'roamguard.io/pod-cidrs': JSON.stringify(many) },
       'many-cidrs': { 'roamguard.io/public-key': freshKey(26), 'roamguard.io/pod-cidrs': JSON.stringify(many.slice(0, 40)) },
       'huge-value': { 'roamguard.io/public-key': freshKey(22), 'roamguard.io/node-ips': JSON.stringify(['10.0.0.1'.padEnd(200_000, ' ')]) },
-      'overlapping': { 'roamguard.io/public-key': freshKey(23), 'roamguard.io/pod-cidrs': JSON.stringify([victim.podCidrs[0].replace(/\.\d+\.0\/24$/, '.0.0/16')]) },
       'wide-claim': { 'roamguard.io/public-key': freshKey(24), 'roamguard.io/pod-cidrs': '["0.0.0.0/1"]' },
       'own-key': { 'roamguard.io/public-key': cluster.publicKeyOf(watcher)!, 'roamguard.io/pod-cidrs': '["10.244.77.0/24"]' },
       'bad-key': { 'roamguard.io/public-key': Buffer.alloc(31, 1).toString('base64'), 'roamguard.io/pod-cidrs': '["10.244.78.0/24"]' },
       'bad-port': { 'roamguard.io/public-key': freshKey(25), 'roamguard.io/listen-port': '70000' },
     };
     for (const [name, annotations] of Object.entries(hostile)) cluster.api.createNode({ metadata: { name, annotations } });
+    // A claim inside the node's own spec that overlaps an older node's CIDR: that claim is refused, the node stays a peer without it.
+    const wide = victim.podCidrs[0].replace(/\.\d+\.0\/24$/, '.0.0/16');
+    const overlappingKey = freshKey(23);
+    cluster.api.createNode({ metadata: { name: 'overlapping', annotations: { 'roamguard.io/public-key': overlappingKey, 'roamguard.io/pod-cidrs': JSON.stringify([wide]) } }, spec: { podCIDRs: [wide] } });
     const names = ['evil', 'garbage', ...Object.keys(hostile)];
     await waitFor(() => names.every((n) => new RegExp(`skipping a node.*node=${n}\\b`).test(watcher.agent!.stderr)), 15_000, { description: 'log lines naming every bad node' });
+    await waitFor(() => /WARN.*refused a claim of a node.*node=overlapping.*field=roamguard.io\/pod-cidrs.*overlaps a pod CIDR of node node-\d/.test(watcher.agent!.stderr), 15_000, { description: 'the refused claim named' });
     assert.match(watcher.agent!.stderr, /node=evil.*already used by node node-1/);
-    assert.match(watcher.agent!.stderr, /node=overlapping.*overlaps a pod CIDR of node node-\d/);
     assert.match(watcher.agent!.stderr, /node=own-key.*this node's own public key/);
     const logLines = watcher.agent!.stderr.split('\n').filter((l) => /skipping a node/.test(l));
     assert.ok(logLines.every((l) => l.length < 2000), 'each log line is bounded, however big the annotation');
-    assert.deepEqual(await cluster.wgPeers(watcher).then((m) => [...m.keys()].sort()), [...before.keys()].sort(), 'the same peers');
+    const after = await cluster.wgPeers(watcher);
+    assert.deepEqual([...after.keys()].filter((k) => k !== overlappingKey).sort(), [...before.keys()].sort(), 'the same peers (and the node whose claim was refused)');
+    assert.deepEqual(after.get(overlappingKey)?.allowedIps ?? [], [], 'holding nothing');
     assert.deepEqual((await cluster.wgPeers(watcher)).get(cluster.publicKeyOf(victim)!)?.allowedIps, before.get(cluster.publicKeyOf(victim)!)?.allowedIps);
     await assertPing(pods.get(2)!.ns, pods.get(1)!.ipv4, { count: 2, deadlineS: 10 }, 'node-2 pod → node-1 pod with hostile Nodes around');
-    for (const name of names) cluster.api.deleteNode(name);
+    for (const name of [...names, 'overlapping']) cluster.api.deleteNode(name);
+  });
+
+  test('a compromised node claiming what the cluster did not give it gets none of it; a stolen-token patch of another node is undone by that node', async (t) => {
+    // The hostile node is the oldest: under "the older node wins" alone it would take the victim's range.
+    const hostile = cluster.node(1), observer = cluster.node(2), victim = cluster.node(3);
+    const hostileKey = cluster.publicKeyOf(hostile)!, victimKey = cluster.publicKeyOf(victim)!;
+    const podH = pods.get(1)!, podO = pods.get(2)!, podV = pods.get(3)!;
+    const allowedBefore = new Map(await Promise.all([observer, victim].map(async (n) => [n.name, (await cluster.wgPeers(n)).get(hostileKey)?.allowedIps] as const)));
+    for (const [name, allowed] of allowedBefore) assert.ok(allowed?.includes(hostile.podCidrs[0]), `${name} meshes the hostile node to begin with: ${allowed}`);
+    // node-2 also sits on a LAN (its kubelet reports the address): no node may claim that LAN as pods.
+    cluster.api.updateNode(observer.name, (n) => { n.status = { ...(n.status ?? {}), addresses: [...statusAddressesOf(n), { type: 'InternalIP', address: '192.168.77.2' }] }; });
+
+    // node-1 is compromised: its agent is gone (the attacker holds its token), its data plane still runs.
+    await cluster.stopAgent(hostile);
+    const hostileClaims = [victim.podCidrs[0], '169.254.0.0/16', '192.168.77.0/24', '8.0.0.0/8'];
+    await mergePatchNode(hostile.name, {
+      'roamguard.io/pod-cidrs': JSON.stringify([...hostile.podCidrs, ...hostileClaims]),
+      'roamguard.io/node-ips': JSON.stringify([hostile.ipv4, podV.ipv4]),
+    });
+    for (const n of [observer, victim]) {
+      const refusedAll = () => hostileClaims.every((c) => new RegExp(`WARN.*refused a claim of a node.*node=${hostile.name} field=roamguard.io/pod-cidrs claim=${c.replace(/\./g, '\\.')}`).test(n.agent!.stderr))
+        && new RegExp(`refused a claim of a node.*node=${hostile.name} field=roamguard.io/node-ips claim=${podV.ipv4.replace(/\./g, '\\.')}`).test(n.agent!.stderr);
+      const allowedNow = async () => (await cluster.wgPeers(n)).get(hostileKey)?.allowedIps;
+      // Whichever comes first: the agent's verdict, or a change of what node-3 holds.
+      await waitFor(async () => refusedAll() || JSON.stringify(await allowedNow()) !== JSON.stringify(allowedBefore.get(n.name)), 20_000, { description: `${n.name} acting on the hostile claims` });
+      assert.deepEqual(await allowedNow(), allowedBefore.get(n.name), `${n.name}: the hostile node holds what it held before, nothing more`);
+      assert.ok(refusedAll(), `${n.name}: one WARN per refused claim`);
+      for (const dst of ['169.254.1.1', '192.168.77.5', '8.8.8.8']) {
+        const route = await n.ns.exec('ip', ['route', 'get', dst], { allowFailure: true });
+        assert.ok(!route.stdout.includes(`dev ${n.ifname}`), `${n.name}: ${dst} is not routed into the tunnel: ${route.stdout}${route.stderr}`);
+      }
+    }
+    // A canary on the hostile node: what arrives from its tunnel for the claimed ranges is counted.
+    const canary = `rgcanary${process.pid}`;
+    await hostile.ns.exec('nft', ['-f', '-'], { input: `table inet ${canary} {
+  chain pre {
+    type filter hook prerouting priority -300; policy accept;
+    iifname "${hostile.ifname}" ip daddr { ${victim.podCidrs[0]}, 169.254.0.0/16, 192.168.77.0/24, 8.0.0.0/8 } counter comment "stolen"
+    iifname "${hostile.ifname}" ip daddr ${hostile.podCidrs[0]} counter comment "own"
+  }
+}
+` });
+    const sendUdp = (from: Pod, dst: string) => from.ns.exec('bash', ['-c', `for i in 1 2 3; do echo canary > /dev/udp/${dst}/9999; done`], { allowFailure: true });
+    for (const from of [podO, podV]) for (const dst of [podV.ipv4, podO.ipv4, '169.254.1.1', '192.168.77.5', '8.8.8.8']) await sendUdp(from, dst);
+    await sendUdp(podO, podH.ipv4); // the control: the canary does see what is the hostile node's own
+    const counted = async (comment: string) => {
+      const text = (await hostile.ns.exec('nft', ['list', 'table', 'inet', canary])).stdout;
+      return Number(new RegExp(`counter packets (\\d+) bytes \\d+ comment "${comment}"`).exec(text)?.[1] ?? NaN);
+    };
+    await waitFor(async () => (await counted('own')) >= 1, 10_000, { description: 'the canary counting traffic to the hostile node\'s own pods' });
+    assert.equal(await counted('stolen'), 0, 'no pod traffic of the others reached the hostile node');
+    await assertPing(podO.ns, podV.ipv4, { count: 2, deadlineS: 10 }, 'node-2 pod → node-3 pod with node-1 claiming node-3\'s range and pod IP');
+    await hostile.ns.exec('nft', ['delete', 'table', 'inet', canary]);
+
+    // node-1's agent comes back and publishes what is its own again.
+    await cluster.startAgent(hostile);
+    await waitFor(() => JSON.parse(cluster.api.getNode(hostile.name)!.metadata.annotations!['roamguard.io/pod-cidrs']).length === hostile.podCidrs.length, 15_000, { description: 'node-1 publishing its own claims again' });
+
+    // A stolen token patches node-3 directly: another key (a man in the middle) and another endpoint.
+    const thiefKey = Buffer.alloc(32, 0x5a).toString('base64');
+    const patchedAt = performance.now();
+    await mergePatchNode(victim.name, { 'roamguard.io/public-key': thiefKey, 'roamguard.io/force-endpoint': '10.77.0.99:51820' });
+    await waitFor(() => cluster.publicKeyOf(victim) === victimKey, 20_000, { description: 'node-3 restoring its public key' });
+    const restoredS = (performance.now() - patchedAt) / 1000;
+    assert.ok(restoredS < Number(victim.env.RESYNC_INTERVAL) + 5, `restored within one resync (${restoredS.toFixed(1)} s)`);
+    t.diagnostic(`a stolen-token patch of node-3's public key restored after ${restoredS.toFixed(2)} s (RESYNC_INTERVAL ${victim.env.RESYNC_INTERVAL} s)`);
+    await waitFor(() => /WARN.*someone else changed an annotation of this Node.*field=roamguard.io\/public-key/.test(victim.agent!.stderr)
+      && /WARN.*force-endpoint changed.*to=10\.77\.0\.99:51820/.test(victim.agent!.stderr), 10_000, { description: 'node-3 warning about both fields' });
+    assert.equal(cluster.api.getNode(victim.name)!.metadata.annotations!['roamguard.io/force-endpoint'], '10.77.0.99:51820', 'force-endpoint is the operator\'s: reported, not undone');
+    await mergePatchNode(victim.name, { 'roamguard.io/force-endpoint': null }); // the operator takes it back
+    for (const n of [observer, hostile]) {
+      await waitFor(async () => { const peers = await cluster.wgPeers(n); return peers.has(victimKey) && !peers.has(thiefKey); }, 20_000, { description: `${n.name} back on node-3's own key` });
+    }
+    await assertPing(podO.ns, podV.ipv4, { count: 2, deadlineS: 20 }, 'node-2 pod → node-3 pod after the restore');
+    await assertPing(podH.ns, podV.ipv6, { count: 2, deadlineS: 20 }, 'node-1 pod → node-3 pod after the restore');
+    cluster.api.updateNode(observer.name, (n) => { n.status = { ...(n.status ?? {}), addresses: statusAddressesOf(n).filter((a) => a.address !== '192.168.77.2') }; });
   });
 
   test('a key file with loose permissions stops the agent with one clear line; the key is not replaced', async () => {
@@ -280,20 +375,27 @@ describe('agent end to end (three nodes)', { timeout: 720_000 + OUTAGE_S * 1000 
   test('a pod CIDR file change is picked up live: annotation, CNI config, peers and routes follow', async () => {
     const node = cluster.node(3);
     const file = join(node.dir, 'pod-cidrs.txt');
-    writeFileSync(file, `# node-3\n${node.podCidrs[0]}\n`);
+    // The file source is for a family without spec.podCIDRs: every agent then bounds it by POD_CIDR_ALLOWED_RANGES.
+    const fileCidr = '10.250.33.0/24';
+    cluster.api.updateNode(node.name, (n) => { n.spec = { podCIDRs: [node.podCidrs[1]] }; });
+    writeFileSync(file, `# node-3\n${fileCidr}\n`);
     await restartAgent(node, { POD_CIDR_SOURCE_IPV4: 'file', POD_CIDR_SOURCE_IPV6: 'spec', POD_CIDR_SOURCE_PATH: file });
     const added = '10.250.3.0/24';
-    writeFileSync(file, `# node-3\n${node.podCidrs[0]}\n${added}\n`);
+    const outside = '10.251.3.0/24';
+    writeFileSync(file, `# node-3\n${fileCidr}\n${added}\n${outside}\n`);
     await waitFor(() => JSON.parse(cluster.api.getNode(node.name)!.metadata.annotations!['roamguard.io/pod-cidrs']).includes(added), 15_000, { description: 'the new CIDR published' });
     await waitFor(() => cluster.conflist(node).includes('10.250.3.0/24'), 15_000, { description: 'the CNI config rewritten' });
     const key = cluster.publicKeyOf(node)!;
     await waitFor(async () => (await cluster.wgPeers(cluster.node(1))).get(key)?.allowedIps.includes(added), 15_000, { description: 'node-1 routes the new CIDR to node-3' });
     await waitFor(async () => (await cluster.node(1).ns.ip(['route', 'show', added])).stdout.includes(`dev ${cluster.node(1).ifname}`), 10_000, { description: 'node-1 routes the new CIDR into the tunnel' });
+    await waitFor(() => new RegExp(`refused a claim of a node.*node=${node.name}.*claim=${outside.replace(/\./g, '\\.')}.*POD_CIDR_ALLOWED_RANGES`).test(cluster.node(1).agent!.stderr), 10_000, { description: 'node-1 refusing the CIDR outside the allow-list' });
+    assert.ok(!(await cluster.wgPeers(cluster.node(1))).get(key)?.allowedIps.includes(outside), 'outside the allow-list: not routed to node-3');
     // Back to the original: the prefix leaves the peer again (a set difference, not a peer replace).
-    writeFileSync(file, `${node.podCidrs[0]}\n`);
+    writeFileSync(file, `${fileCidr}\n`);
     await waitFor(async () => !(await cluster.wgPeers(cluster.node(1))).get(key)?.allowedIps.includes(added), 15_000, { description: 'the CIDR removed again' });
     // Routes follow the peer change in the same pass, just after it.
     await waitFor(async () => (await cluster.node(1).ns.ip(['route', 'show', added])).stdout.trim() === '', 10_000, { description: 'the route removed' });
+    cluster.api.updateNode(node.name, (n) => { n.spec = { podCIDR: node.podCidrs[0], podCIDRs: node.podCidrs }; });
     await restartAgent(node);
   });
 
@@ -364,6 +466,7 @@ describe('agent end to end (three nodes)', { timeout: 720_000 + OUTAGE_S * 1000 
     const ghostKey = Buffer.alloc(32, 7).toString('base64');
     cluster.api.createNode({
       metadata: { name: 'late-node', annotations: { 'roamguard.io/public-key': ghostKey, 'roamguard.io/pod-cidrs': '["10.244.9.0/24"]' } },
+      spec: { podCIDRs: ['10.244.9.0/24'] },
       status: { addresses: [{ type: 'InternalIP', address: '10.77.0.9' }] },
     });
     const joinedAt = performance.now();
@@ -386,6 +489,7 @@ describe('agent end to end (three nodes)', { timeout: 720_000 + OUTAGE_S * 1000 
     const lateKey = Buffer.alloc(32, 9).toString('base64');
     api.createNode({
       metadata: { name: 'late-slow', annotations: { 'roamguard.io/public-key': lateKey, 'roamguard.io/pod-cidrs': '["10.244.8.0/24"]' } },
+      spec: { podCIDRs: ['10.244.8.0/24'] },
       status: { addresses: [{ type: 'InternalIP', address: '10.77.0.8' }] },
     });
     await new Promise((r) => setTimeout(r, 8000));

@@ -64,6 +64,12 @@ describe('agent settings', () => {
     assert.equal(s.dataplane, 'wireguard-go');
     assert.equal(s.apiServer, 'https://10.0.0.1:6443');
     assert.equal(s.resyncInterval, 5);
+    assert.deepEqual(s.podCidrAllowedRanges, []);
+  });
+
+  test('POD_CIDR_ALLOWED_RANGES: canonical prefixes, duplicates dropped', () => {
+    const s = loadSettings({ ...base, POD_CIDR_ALLOWED_RANGES: ' 10.250.0.0/16, fd00:0250:0::/48,10.250.0.0/16 ' });
+    assert.deepEqual(s.podCidrAllowedRanges, ['10.250.0.0/16', 'fd00:250::/48']);
   });
 
   // One bad value per variable: the message names the variable, repeats the value, says what is accepted.
@@ -89,6 +95,11 @@ describe('agent settings', () => {
     ['POD_CIDR_SOURCE_IPV4', 'expression', /one of none, spec, file/],
     ['POD_CIDR_SOURCE_IPV6', 'cel', /one of none, spec, file/],
     ['POD_CIDR_SOURCE_PATH', 'cidrs.txt', /absolute path or empty/],
+    ['POD_CIDR_ALLOWED_RANGES', '10.250.0.0/16,banana', /comma-separated CIDRs with host bits zero/],
+    ['POD_CIDR_ALLOWED_RANGES', '10.250.1.0/16', /host bits zero/],
+    ['POD_CIDR_ALLOWED_RANGES', '10.250.0.0', /comma-separated CIDRs/],
+    ['POD_CIDR_ALLOWED_RANGES', '0.0.0.0/0', /IPv4 \/8 or longer/],
+    ['POD_CIDR_ALLOWED_RANGES', '::/8', /IPv6 \/16 or longer/],
     ['NODE_IP_INTERFACES', 'eth0,,bad name', /comma-separated list of interface names/],
     ['KUBECONFIG', '~/.kube/config', /absolute path or empty/],
     ['KUBE_API_SERVER', '10.0.0.1:6443', /http:\/\/ or https:\/\/ URL/],

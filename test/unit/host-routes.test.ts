@@ -24,6 +24,10 @@ function fakeIp(initial: { routes?: Route[]; addresses?: string[] } = {}) {
     assert.equal(cmd, 'ip');
     const a = [...args];
     log.push(a.join(' '));
+    if (a[0] === '-j' && a[2] === 'route' && a[3] === 'show' && a[4] === 'exact') {
+      const shown = routes.filter((r) => r.dst === a[5]);
+      return ok(JSON.stringify(shown.map((r) => ({ dst: r.dst.replace(/\/(32|128)$/, ''), dev: r.dev, protocol: r.proto, scope: 'link', flags: [] }))));
+    }
     if (a[0] === '-j' && a[2] === 'route' && a[3] === 'show') {
       const family = a[1] === '-6' ? 6 : 4;
       const [, , , , , dev, , proto] = a;
@@ -31,10 +35,11 @@ function fakeIp(initial: { routes?: Route[]; addresses?: string[] } = {}) {
       // The kernel prints host routes without their /32 or /128.
       return ok(JSON.stringify(shown.map((r) => ({ dst: r.dst.replace(/\/(32|128)$/, ''), scope: 'link', flags: [] }))));
     }
-    if (a[1] === 'route' && a[2] === 'replace') {
+    if (a[1] === 'route' && a[2] === 'replace') throw new Error(`route replace takes over routes that are not ours: ${a.join(' ')}`);
+    if (a[1] === 'route' && a[2] === 'add') {
       const [, , , dst, , dev, , proto] = a;
-      const i = routes.findIndex((r) => r.dst === dst);
-      if (i >= 0) routes.splice(i, 1);
+      // The kernel refuses a second route to the same destination (same table, metric, tos).
+      if (routes.some((r) => r.dst === dst)) return { command: `ip ${a.join(' ')}`, code: 2, signal: null, stdout: '', stderr: 'RTNETLINK answers: File exists\n' };
       routes.push({ dst, dev, proto });
       return ok();
     }
@@ -76,24 +81,27 @@ describe('reconcileRoutes', () => {
       device: 'rg0', runner: ip.runner,
       cidrs: ['10.244.2.0/24', '10.244.4.0/25', '10.244.4.128/25', 'fd00:10:244:2::/64', '10.244.5.7/32'],
     });
-    assert.deepEqual(report, { added: ['10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], removed: ['10.244.9.0/24'] });
+    assert.deepEqual(report, { added: ['10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], removed: ['10.244.9.0/24'], conflicts: [] });
     assert.deepEqual(ip.log, [
       `-j -4 route show dev rg0 proto ${P}`,
-      `-4 route replace 10.244.4.0/24 dev rg0 proto ${P}`,
-      `-4 route replace 10.244.5.7/32 dev rg0 proto ${P}`,
+      '-j -4 route show exact 10.244.4.0/24',
+      `-4 route add 10.244.4.0/24 dev rg0 proto ${P}`,
+      '-j -4 route show exact 10.244.5.7/32',
+      `-4 route add 10.244.5.7/32 dev rg0 proto ${P}`,
       `-4 route del 10.244.9.0/24 dev rg0 proto ${P}`,
       `-j -6 route show dev rg0 proto ${P}`,
-      `-6 route replace fd00:10:244:2::/64 dev rg0 proto ${P}`,
+      '-j -6 route show exact fd00:10:244:2::/64',
+      `-6 route add fd00:10:244:2::/64 dev rg0 proto ${P}`,
     ]);
     assert.ok(ip.routes.some((r) => r.dst === '192.168.7.0/24'));
     assert.ok(ip.routes.some((r) => r.dst === '10.244.3.0/24' && r.dev === 'eth0'));
 
     ip.log.length = 0;
-    assert.deepEqual(await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.244.5.7/32', 'fd00:10:244:2::/64', '10.244.4.0/24', '10.244.2.0/24'] }), { added: [], removed: [] });
+    assert.deepEqual(await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.244.5.7/32', 'fd00:10:244:2::/64', '10.244.4.0/24', '10.244.2.0/24'] }), { added: [], removed: [], conflicts: [] });
     assert.equal(ip.log.length, 2, 'only the two listings');
 
     assert.deepEqual(await removeRoutes({ device: 'rg0', runner: ip.runner }), {
-      added: [], removed: ['10.244.2.0/24', '10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'],
+      added: [], removed: ['10.244.2.0/24', '10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], conflicts: [],
     });
     assert.deepEqual(ip.routes.map((r) => r.dst).sort(), ['10.244.3.0/24', '192.168.7.0/24']);
   });
@@ -101,7 +109,33 @@ describe('reconcileRoutes', () => {
   test('a custom protocol number is used for listing and changes', async () => {
     const ip = fakeIp();
     await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.1.0.0/16'], protocol: 200 });
-    assert.ok(ip.log.every((l) => l.endsWith('proto 200')), ip.log.join('\n'));
+    assert.ok(ip.log.filter((l) => !l.includes(' exact ')).every((l) => l.endsWith('proto 200')), ip.log.join('\n'));
+  });
+
+  test('a destination that already has a route that is not ours is a conflict: reported, nothing changed', async () => {
+    const kernel = { dst: '192.168.1.0/24', dev: 'eth0', proto: 'kernel' };
+    const admin = { dst: 'fd00:10:244:2::/64', dev: 'eth0', proto: 'static' };
+    const otherDevice = { dst: '10.244.3.0/24', dev: 'rg9', proto: P };
+    const ip = fakeIp({ routes: [kernel, admin, otherDevice] });
+    const report = await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['192.168.1.0/24', '10.244.3.0/24', '10.244.4.0/24', 'fd00:10:244:2::/64'] });
+    assert.deepEqual(report.added, ['10.244.4.0/24'], 'the free destination is still routed');
+    assert.deepEqual(report.conflicts, [
+      { dst: '10.244.3.0/24', existing: `dev rg9 proto ${P}` },
+      { dst: '192.168.1.0/24', existing: 'dev eth0 proto kernel' },
+      { dst: 'fd00:10:244:2::/64', existing: 'dev eth0 proto static' },
+    ]);
+    assert.deepEqual(ip.routes, [kernel, admin, otherDevice, { dst: '10.244.4.0/24', dev: 'rg0', proto: P }], 'the others\' routes are untouched');
+    assert.ok(!ip.log.some((l) => / route (add|replace|del) (192\.168\.1|fd00:10:244:2|10\.244\.3)/.test(l)), ip.log.join('\n'));
+  });
+
+  test('a route that appears between the listing and the add is a conflict too (the kernel says EEXIST)', async () => {
+    const ip = fakeIp();
+    const racing: typeof ip.runner = async (cmd, args, options) => {
+      if (args[1] === 'route' && args[2] === 'add') ip.routes.push({ dst: args[3], dev: 'eth0', proto: 'static' });
+      return ip.runner(cmd, args, options);
+    };
+    const report = await reconcileRoutes({ device: 'rg0', runner: racing, cidrs: ['10.244.4.0/24'] });
+    assert.deepEqual(report, { added: [], removed: [], conflicts: [{ dst: '10.244.4.0/24', existing: 'a route created meanwhile' }] });
   });
 
   test('bad input is refused before anything runs', async () => {

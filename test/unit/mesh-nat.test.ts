@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { keyToBase64 } from '../../dataplane/noise/keys.ts';
 import { ANNOTATION, formatDiscoveredEndpoints, formatOwnAnnotations, parseDiscoveredEndpoints, type NodeObject } from '../../control/mesh/annotations.ts';
-import { chooseEndpoint, desiredMesh, natObservation, type MeshOptions } from '../../control/mesh/desired-peers.ts';
+import { chooseEndpoint, desiredMesh, natObservation, observedMayOverride, type MeshOptions } from '../../control/mesh/desired-peers.ts';
 
 const key = () => keyToBase64(randomBytes(32));
 const options: MeshOptions = { wgIpFamily: 'ipv4', nativeRouting: { ipv4: false, ipv6: false }, defaultListenPort: 51820, persistentKeepalive: 25 };
@@ -18,6 +18,7 @@ function node(spec: Spec): NodeObject {
   if (spec.discovered) annotations[ANNOTATION.discoveredEndpoints] = formatDiscoveredEndpoints(new Map(Object.entries(spec.discovered)));
   return {
     metadata: { name: spec.name, annotations, creationTimestamp: spec.created ?? '2026-01-01T00:00:00Z' },
+    spec: { podCIDRs: [spec.cidr] },
     status: { addresses: [{ type: 'InternalIP', address: spec.ip }] },
   };
 }
@@ -97,5 +98,36 @@ describe('mesh: endpoints behind NAT', () => {
     assert.equal(mesh.peers.get(k.o1)?.endpoint, `${OFFICE}:51821`);
     assert.equal(parseDiscoveredEndpoints(broken).size, 0);
     assert.equal(parseDiscoveredEndpoints(liar).size, 1);
+  });
+
+  test('a lying node cannot redirect everyone to a peer that publishes a reachable address', () => {
+    // One node reports the cloud node c1 (public address) and the flat-LAN node o1 at its own box.
+    const liar = node({ name: 'liar', key: key(), ip: '192.168.9.9', port: 51820, cidr: '10.244.9.0/24',
+      discovered: { [k.c1]: '198.51.100.66:4444', [k.o1]: '198.51.100.66:5555' } });
+    const liarsWorld = [...nodes.filter((n) => n.metadata!.name !== 'c2'), liar];
+    const mesh = desiredMesh(liarsWorld, { nodeName: 'c2', publicKey: k.c2, podCidrs: [], addresses: ['203.0.113.2'] }, options);
+    assert.equal(mesh.peers.get(k.c1)?.endpoint, '203.0.113.1:51820', 'a globally routable published address is used whatever anyone reports');
+    assert.equal(mesh.peers.get(k.c1)?.endpointSource, 'published');
+    // o1 publishes only a site-local address: nobody outside its site could reach it there, so
+    // observations count (c1's, today's NAT case). With c1 and the liar disagreeing, the vote is
+    // a tie broken by name: 'c1' < 'liar'.
+    assert.equal(mesh.peers.get(k.o1)?.endpoint, `${OFFICE}:51821`, 'the honest observer wins the tie');
+    // A peer answering us where it says it is stays there, even if every observer lies.
+    const working = desiredMesh([...liarsWorld.filter((n) => n.metadata!.name !== 'c1'), liar], { nodeName: 'c2', publicKey: k.c2, podCidrs: [], addresses: ['203.0.113.2'] },
+      { ...options, workingAtOwnAddress: new Set([k.o1]) });
+    assert.equal(working.peers.get(k.o1)?.endpoint, '192.168.1.11:51821', 'a working session at its own address is not moved by a report');
+    const notWorking = desiredMesh([...liarsWorld.filter((n) => n.metadata!.name !== 'c1'), liar], { nodeName: 'c2', publicKey: k.c2, podCidrs: [], addresses: ['203.0.113.2'] }, options);
+    assert.equal(notWorking.peers.get(k.o1)?.endpoint, '198.51.100.66:5555', 'without a session and with one observer, the observation is all there is (the NAT case)');
+  });
+
+  test('the rule itself: observations only where the published address cannot be the way in', () => {
+    assert.equal(observedMayOverride({ published: '203.0.113.1:51820', workingAtOwnAddress: false }), false);
+    assert.equal(observedMayOverride({ published: '[2001:db8:1::1]:51820', workingAtOwnAddress: false }), false);
+    for (const p of ['10.1.2.3:1', '172.20.0.1:1', '192.168.1.11:1', '100.64.1.1:1', '[fd10:1::b]:1']) {
+      assert.equal(observedMayOverride({ published: p, workingAtOwnAddress: false }), true, p);
+      assert.equal(observedMayOverride({ published: p, workingAtOwnAddress: true }), false, `${p} with a working session`);
+    }
+    assert.equal(observedMayOverride({ published: undefined, workingAtOwnAddress: false }), true);
+    assert.equal(observedMayOverride({ published: '172.32.0.1:1', workingAtOwnAddress: false }), false, '172.32/16 is outside 172.16/12');
   });
 });

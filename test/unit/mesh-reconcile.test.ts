@@ -170,7 +170,6 @@ describe('mesh: desired peers from Nodes', () => {
       [node({ name: 'badport', key: newKey(), extra: { [ANNOTATION.listenPort]: '99999' } }), /listen-port: .* is not a port/],
       [node({ name: 'badforce', key: newKey(), extra: { [ANNOTATION.forceEndpoint]: 'example.com:51820' } }), /force-endpoint: bad endpoint/],
       [node({ name: 'mykey', key: self.publicKey }), /this node's own public key/],
-      [node({ name: 'overlap-self', key: newKey(), podCidrs: ['10.244.0.128/25'] }), /overlaps a pod CIDR of node self/],
     ];
     const mesh = desiredMesh([good, ...cases.map(([n]) => n)], self, options);
     assert.deepEqual([...mesh.peers.values()].map((p) => p.nodeName), ['good']);
@@ -182,15 +181,20 @@ describe('mesh: desired peers from Nodes', () => {
     assert.equal(parseNodeAnnotations(node({ name: 'x' })).ok, false);
   });
 
-  test('a newcomer claiming an existing node\'s key or pod CIDR is rejected; the existing node keeps it', () => {
+  test('a newcomer claiming an existing node\'s key is rejected, its pod CIDR refused; the existing node keeps both', () => {
     const key = newKey();
     const old = node({ name: 'zz-old', key, podCidrs: ['10.244.5.0/24'], created: '2026-01-01T00:00:00Z' });
     const thief = node({ name: 'aa-new', key, podCidrs: ['10.244.6.0/24'], created: '2026-03-01T00:00:00Z' });
     const squatter = node({ name: 'ab-new', key: newKey(), podCidrs: ['10.244.5.0/25'], created: '2026-03-01T00:00:00Z' });
-    const mesh = desiredMesh([thief, squatter, old], self, options);
-    assert.deepEqual([...mesh.peers.values()].map((p) => p.nodeName), ['zz-old']);
+    const overSelf = node({ name: 'ac-new', key: newKey(), podCidrs: ['10.244.0.128/25'], created: '2026-03-01T00:00:00Z' });
+    const mesh = desiredMesh([thief, squatter, old, overSelf], self, options);
+    assert.deepEqual([...mesh.peers.values()].map((p) => p.nodeName).sort(), ['ab-new', 'ac-new', 'zz-old']);
     assert.match(mesh.rejected.find((r) => r.node === 'aa-new')!.reason, /already used by node zz-old/);
-    assert.match(mesh.rejected.find((r) => r.node === 'ab-new')!.reason, /overlaps a pod CIDR of node zz-old/);
+    assert.match(mesh.refused!.find((r) => r.node === 'ab-new')!.reason, /overlaps a pod CIDR of node zz-old/);
+    assert.match(mesh.refused!.find((r) => r.node === 'ac-new')!.reason, /overlaps a pod CIDR of node self/);
+    const byName = (n: string) => [...mesh.peers.values()].find((p) => p.nodeName === n)!;
+    assert.ok(byName('zz-old').allowedIps.includes('10.244.5.0/24'));
+    assert.ok(!byName('ab-new').allowedIps.some((a) => a.startsWith('10.244.5.')), 'the squatter routes none of it');
   });
 });
 
