@@ -13,7 +13,8 @@
  *   server wired to A's control socket. The control socket sees at most one reading per second
  *   of flood (counted), never two at once, and `get=1` from another process (what `wg show`
  *   sends) keeps answering: median under 100 ms, a bound ~50x what it takes on an idle machine,
- *   so that a loaded 2-core runner does not break it; the p99 is reported, not asserted.
+ *   so that a loaded 2-core runner does not break it; the p99 is reported, not asserted. Then
+ *   /healthz and /readyz for 1.5 s: no control-socket query at all.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -248,5 +249,16 @@ describe('roamguard status and metrics against a real data plane', { timeout: 12
     assert.equal(reader.maxInFlight, 1, 'never two queries from the metrics at once');
     assert.ok(latencies.length >= 10, `the probe ran through the flood (${latencies.length} gets)`);
     assert.ok(median < 100, `get=1 median ${median.toFixed(2)} ms during the flood`);
+
+    // The probes read the agent only: a second and a half of them asks the data plane nothing.
+    const queries = reader.queries;
+    const probing = performance.now();
+    while (performance.now() - probing < 1500) {
+      for (const path of ['/healthz', '/readyz']) {
+        const body = await waitFor(() => httpGet(server.port, path).catch(() => undefined), 10_000, { description: `${path} answers once the flood's connections are gone` });
+        assert.match(body, /^(ok|ready)\n$/);
+      }
+    }
+    assert.equal(reader.queries, queries, '/healthz and /readyz never query the control socket');
   });
 });
