@@ -9,6 +9,12 @@
  * claims) and `key` (the public key's first 8 base64 characters): never a whole key.
  * Counters that come from the data plane restart from zero when it restarts or re-adds a peer;
  * Prometheus' rate() handles that as a counter reset.
+ *
+ * A scrape costs the data plane two control-socket queries, and the endpoint listens on every
+ * address: so scrapes share one reading. While a reading runs, every scrape waits for it; after
+ * it settled, its result (text or error) answers every scrape for `cacheMs` (default 1 s). However
+ * many scrapes arrive, the data plane sees at most one reading in flight and at most one started
+ * per `cacheMs` plus the time a reading takes.
  */
 import { Counter, Gauge, Registry, collectDefaultMetrics, type Metric } from 'prom-client';
 import { keyToBase64 } from '../../dataplane/noise/keys.ts';
@@ -27,6 +33,20 @@ export interface AgentMetricsOptions {
   now?: () => number;
   /** A handshake-expecting peer not connected for this long counts as unreachable. */
   unreachableAfterMs?: number;
+  /** How long a settled reading answers later scrapes (default {@link SCRAPE_CACHE_MS}). */
+  cacheMs?: number;
+  /** The monotonic clock the cache runs on, in ms (default performance.now). */
+  monotonicMs?: () => number;
+}
+
+/** Scrapes within this long after a reading settled get that reading: at most ~1 reading/s. */
+export const SCRAPE_CACHE_MS = 1000;
+
+/** One reading of agent and data plane, rendered; shared by every scrape that asks meanwhile. */
+interface Reading {
+  text: Promise<string>;
+  /** Monotonic ms when it settled; undefined while it runs. */
+  settledAt: number | undefined;
 }
 
 /** What one scrape read from the data plane. */
@@ -70,6 +90,7 @@ export const METRIC_HELP: Record<string, string> = {
   roamguard_peer_handshakes_total: 'handshakes completed with the peer',
   roamguard_peer_state: 'the peer\'s state: connected, handshaking, stale, no endpoint (1 for the current one)',
   roamguard_peer_unreachable: '1 when the peer has no working session (see roamguard_peers_unreachable)',
+  roamguard_metrics_refused_connections_total: 'connections to this endpoint closed at accept because it already had its maximum (a scrape flood)',
 };
 
 export class AgentMetrics {
@@ -78,14 +99,20 @@ export class AgentMetrics {
   private readonly unreachableAfterMs: number;
   /** Base64 key → since when (wall ms) the peer has not been connected. */
   private readonly notConnectedSince = new Map<string, number>();
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly cacheMs: number;
+  private readonly monotonicMs: () => number;
+  private latest: Reading | undefined;
 
   private readonly gauges = new Map<string, Gauge<string>>();
   private readonly counters = new Map<string, Counter<string>>();
+  /** Kept by the server, not read from the source: outside the maps update() resets. */
+  private readonly refusedConnections: Counter<string>;
 
   constructor(private readonly source: AgentStatusSource, options: AgentMetricsOptions = {}) {
     this.now = options.now ?? Date.now;
     this.unreachableAfterMs = options.unreachableAfterMs ?? UNREACHABLE_AFTER_MS;
+    this.cacheMs = options.cacheMs ?? SCRAPE_CACHE_MS;
+    this.monotonicMs = options.monotonicMs ?? (() => performance.now());
     const gauge = (name: string, labelNames: readonly string[] = []) => {
       this.gauges.set(name, new Gauge({ name, help: METRIC_HELP[name], labelNames: [...labelNames], registers: [this.registry] }));
     };
@@ -122,7 +149,15 @@ export class AgentMetrics {
     counter('roamguard_peer_handshakes_total', PEER);
     gauge('roamguard_peer_state', [...PEER, 'state']);
     gauge('roamguard_peer_unreachable', PEER);
+    this.refusedConnections = new Counter({
+      name: 'roamguard_metrics_refused_connections_total', help: METRIC_HELP.roamguard_metrics_refused_connections_total, registers: [this.registry],
+    });
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** The server closed a connection at accept (control/metrics/server.ts). */
+  countRefusedConnection(): void {
+    this.refusedConnections.inc();
   }
 
   /** A summary without quantiles (`_sum` and `_count`), from the agent's running totals. */
@@ -147,14 +182,23 @@ export class AgentMetrics {
     return this.registry.contentType;
   }
 
-  /** The exposition text: reads the agent and the data plane, then renders (one scrape at a time). */
+  /**
+   * The exposition text: the running reading if there is one, else the last one if it settled
+   * less than `cacheMs` ago, else a new reading of the agent and the data plane.
+   */
   scrape(): Promise<string> {
-    const result = this.queue.then(async () => {
-      this.update(await this.readDataplane());
-      return this.registry.metrics();
-    });
-    this.queue = result.catch(() => {});
-    return result;
+    const latest = this.latest;
+    if (latest && (latest.settledAt === undefined || this.monotonicMs() - latest.settledAt < this.cacheMs)) return latest.text;
+    const reading: Reading = { text: this.read(), settledAt: undefined };
+    const settle = () => { reading.settledAt = this.monotonicMs(); };
+    reading.text.then(settle, settle);
+    this.latest = reading;
+    return reading.text;
+  }
+
+  private async read(): Promise<string> {
+    this.update(await this.readDataplane());
+    return this.registry.metrics();
   }
 
   private async readDataplane(): Promise<DataplaneReading> {

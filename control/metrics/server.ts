@@ -7,6 +7,19 @@
  *   GET /readyz    200 once the Node informer synced and the tunnel is configured, else 503
  *
  * Plain node:http, no framework. The server never holds the process open on its own.
+ *
+ * It listens on every address by default (Prometheus scrapes it from elsewhere), so anyone who
+ * can reach the node can call it, as often as they like. What bounds them:
+ * - /metrics answers from one shared reading of the data plane at most once a second
+ *   (metrics.ts): a flood of scrapes costs the data plane's control socket nothing more;
+ * - /healthz and /readyz read two fields of the agent, never the data plane;
+ * - at most {@link MAX_CONNECTIONS} connections at once (more are closed at accept, counted in
+ *   roamguard_metrics_refused_connections_total), so a flood cannot take the agent's file
+ *   descriptors, which it needs for the control socket and the API server;
+ * - a client has {@link HEADERS_TIMEOUT_MS} to send its request's headers (a connection that
+ *   sends nothing counts too), {@link REQUEST_TIMEOUT_MS} for the whole request, and an idle
+ *   keep-alive connection is closed after {@link KEEP_ALIVE_TIMEOUT_MS}: slow clients cannot
+ *   pile up and hold the connection slots.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -29,10 +42,22 @@ export function parseListenAddress(text: string): ListenAddress {
   return { host: host === '' ? undefined : host, port };
 }
 
+/** Prometheus, a few people and the kubelet's probes need a handful; a flood gets no more. */
+export const MAX_CONNECTIONS = 64;
+export const HEADERS_TIMEOUT_MS = 5000;
+export const REQUEST_TIMEOUT_MS = 10_000;
+export const KEEP_ALIVE_TIMEOUT_MS = 5000;
+/** Requests carry no headers worth more than this (node's default is 16 KiB). */
+const MAX_HEADER_BYTES = 8192;
+
 export interface MetricsServerOptions extends AgentMetricsOptions {
   address: string;
   source: AgentStatusSource;
   log?: AgentLogger;
+  /** For tests: the bounds above. */
+  maxConnections?: number;
+  headersTimeoutMs?: number;
+  requestTimeoutMs?: number;
 }
 
 export interface MetricsServer {
@@ -73,10 +98,17 @@ export async function startMetricsServer(options: MetricsServerOptions): Promise
         return reply(res, 404, 'not found: try /metrics, /healthz or /readyz\n');
     }
   };
-  const server: Server = createServer((req, res) => { void handle(req, res); });
-  server.keepAliveTimeout = 5000;
-  server.headersTimeout = 10_000;
-  server.requestTimeout = 30_000;
+  const headersTimeout = options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS;
+  const server: Server = createServer({
+    headersTimeout,
+    requestTimeout: Math.max(headersTimeout, options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS),
+    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+    // How often node looks for requests past those timeouts (default 30 s: too lax for them).
+    connectionsCheckingInterval: Math.min(1000, Math.max(100, headersTimeout / 4)),
+    maxHeaderSize: MAX_HEADER_BYTES,
+  }, (req, res) => { void handle(req, res); });
+  server.maxConnections = options.maxConnections ?? MAX_CONNECTIONS;
+  server.on('drop', () => metrics.countRefusedConnection());
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen({ host, port }, () => {

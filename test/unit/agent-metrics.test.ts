@@ -141,7 +141,7 @@ describe('agent metrics', () => {
 
   test('without the agent\'s view, a peer expected to handshake counts as unreachable once it stayed down for the grace period', async () => {
     let now = NOW;
-    const metrics = new AgentMetrics(new FakeSource(), { defaultMetrics: false, now: () => now, unreachableAfterMs: 30_000 });
+    const metrics = new AgentMetrics(new FakeSource(), { defaultMetrics: false, now: () => now, monotonicMs: () => now, unreachableAfterMs: 30_000 });
     const p2 = `node="node-3",key="${B64[1].slice(0, 8)}"`;
     const p3 = `node="",key="${B64[2].slice(0, 8)}"`;
     let s = series(await metrics.scrape());
@@ -167,7 +167,8 @@ describe('agent metrics', () => {
   test('without roamguard counters (wireguard-go) the get series remain; a dead data plane is dataplane_up 0', async () => {
     const source = new FakeSource();
     source.dataplane!.counters = undefined;
-    const metrics = new AgentMetrics(source, { defaultMetrics: false, now: () => NOW });
+    let monotonic = 0;
+    const metrics = new AgentMetrics(source, { defaultMetrics: false, now: () => NOW, monotonicMs: () => monotonic });
     let s = series(await metrics.scrape());
     assert.equal(s.get('roamguard_dataplane_counters_available'), '0');
     assert.equal(s.get(`roamguard_peer_receive_bytes_total{node="node-2",key="${B64[0].slice(0, 8)}"}`), '2000');
@@ -176,6 +177,7 @@ describe('agent metrics', () => {
     assert.equal(s.get(`roamguard_peer_state{node="node-3",key="${B64[1].slice(0, 8)}",state="handshaking"}`), '1', 'never handshaked, no counters');
 
     source.dataplane!.failGet = true;
+    monotonic += 1000; // past the scrape cache
     s = series(await metrics.scrape());
     assert.equal(s.get('roamguard_dataplane_up'), '0');
     assert.ok(![...s.keys()].some((k) => k.startsWith('roamguard_peer_')), 'old peer series are gone');
