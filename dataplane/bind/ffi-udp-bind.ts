@@ -73,12 +73,12 @@ import {
   SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET, SOL_UDP, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF,
   SO_RXQ_OVFL, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
-import { startWorker, waitAsync } from '../sys/threads.ts';
+import { lostWakeUpBackstop, startWorker, waitAsync } from '../sys/threads.ts';
 import type { Bind, BindStats } from './bind.ts';
 import { StallWatch, WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 import type { UdpReaderConfig } from './udp-reader-worker.ts';
 import {
-  KERNEL_DROPS, LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
+  KERNEL_DROPS, LAST_ERRNO, RING_WAIT_BACKSTOP_MS, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
   STATE_STOP_REQUESTED, TRUNCATED, UDP_RING_SLOTS, UDP_SLOT_SIZE, WRITE_SEQ, udpRingOffsets, udpRingViews, type UdpRingViews,
 } from './udp-ring.ts';
 
@@ -768,7 +768,8 @@ export class FfiUdpBind implements Bind, Liveness {
     if (seen !== session.readSeq) return this.schedulePump(session);
     Atomics.store(header, MAIN_WAITING, 1);
     const token = ++session.waitToken;
-    const result = waitAsync(header, WRITE_SEQ, seen);
+    // Under Bun the wait also ends after RING_WAIT_BACKSTOP_MS (a lost notify; the pump looks again).
+    const result = waitAsync(header, WRITE_SEQ, seen, this.options.loseWakeUp === undefined ? lostWakeUpBackstop(RING_WAIT_BACKSTOP_MS) : undefined);
     if (result.async) {
       void result.value.then(() => {
         if (++this.wakeUps === this.options.loseWakeUp) return; // test only: a lost notify

@@ -12,7 +12,7 @@
  */
 import { availableParallelism } from 'node:os';
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
-import { startWorker, waitAsync } from '../sys/threads.ts';
+import { lostWakeUpBackstop, startWorker, waitAsync } from '../sys/threads.ts';
 import type { Crypto } from '../crypto/primitives.ts';
 import { openBatch, sealBatch } from './batch-crypto.ts';
 import type { PacketBatch } from './packet-batch.ts';
@@ -47,6 +47,9 @@ export class InlineCryptoPool implements CryptoPool {
   }
   async close(): Promise<void> {}
 }
+
+/** A wait for completions also ends after this long under Bun (see lostWakeUpBackstop). */
+const WAIT_BACKSTOP_MS = 20;
 
 /** How long close() waits for a worker to finish its queue and end before terminating it. */
 const STOP_TIMEOUT_MS = 5000;
@@ -196,6 +199,8 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
   private readonly watchdog: ReturnType<typeof setInterval> | undefined;
   private fatalError: Error | undefined;
   private wakeUps = 0;
+  /** Waits that ended by their backstop with a notify already sent: wake-ups the runtime lost. */
+  lostWakeUps = 0;
 
   constructor(readonly threads: number = availableParallelism(), private readonly options: WorkerPoolOptions = {}) {
     if (!Number.isInteger(threads) || threads < 1) throw new Error(`crypto worker threads must be >= 1, got ${threads}`);
@@ -323,11 +328,18 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
     const token = ++this.waitToken;
     Atomics.store(this.shared, MAIN_WAITING, 1);
     // Returns at once when a task finished since the last wake-up took its count.
-    const result = waitAsync(this.shared, DONE, this.doneHandled);
+    const lose = this.options.loseWakeUp !== undefined;
+    const result = waitAsync(this.shared, DONE, this.doneHandled, lose ? undefined : lostWakeUpBackstop(WAIT_BACKSTOP_MS));
     if (result.async) {
-      void result.value.then(() => {
+      void result.value.then((outcome) => {
         if (++this.wakeUps === this.options.loseWakeUp) return; // test only: a lost notify
-        if (token === this.waitToken) this.wake();
+        if (token !== this.waitToken) return;
+        if (outcome === 'timed-out') {
+          if (Atomics.load(this.shared, DONE) === this.doneHandled) { this.waiting = false; this.wait(); return; }
+          // A worker that swapped MAIN_WAITING to 0 has notified: the runtime dropped that wake-up.
+          if (Atomics.load(this.shared, MAIN_WAITING) === 0) this.lostWakeUps++;
+        }
+        this.wake();
       });
     } else {
       Atomics.store(this.shared, MAIN_WAITING, 0);

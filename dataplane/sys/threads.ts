@@ -13,6 +13,17 @@ export const waitAsync = (Atomics as unknown as {
 }).waitAsync.bind(Atomics);
 
 /**
+ * The timeout for a main-thread wait on a worker's notify: Bun (1.4.5) sometimes never resolves an
+ * Atomics.waitAsync promise that a notify woke (test/unit/handoff-stress.test.ts saw the main
+ * thread parked for good with completions waiting in 4 runs of 10: the field's "queue depth
+ * frozen, nothing logged" stall). Under Bun such a wait also ends after `ms` and the caller looks
+ * again; under Node, which loses none and pays a delayed task per timed wait, it has none.
+ */
+export function lostWakeUpBackstop(ms: number): number | undefined {
+  return isBun ? ms : undefined;
+}
+
+/**
  * Node runs the TypeScript sources through tsx, whose loader hooks are registered in the main
  * thread only: a worker first registers them itself, then imports the real entry module. Bun
  * runs TypeScript natively and starts the entry module directly.

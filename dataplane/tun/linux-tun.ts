@@ -46,11 +46,11 @@ import {
 } from '../sys/libc.ts';
 import { MAX_COALESCED, VNET_HDR_SIZE, VNET_READ_SIZE, coalesceAndWrite, wordsOf } from './offload.ts';
 import { VNET_READ_REFUSED, VnetReader, type SlotSink } from './vnet-read.ts';
-import { isBun, startWorker, waitAsync } from '../sys/threads.ts';
+import { isBun, lostWakeUpBackstop, startWorker, waitAsync } from '../sys/threads.ts';
 import { StallWatch, WATCH_INTERVAL_MS as RING_WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 import type { ReaderConfig } from './reader-worker.ts';
 import {
-  DEFAULT_SLOTS, DEVICE_GONE, LAST_ERRNO, MAIN_WAITING, READ_ERRORS, READ_SEQ, SLOT_SIZE, STATE, STATE_BOOTING, STATE_RUNNING,
+  DEFAULT_SLOTS, DEVICE_GONE, RING_WAIT_BACKSTOP_MS, LAST_ERRNO, MAIN_WAITING, READ_ERRORS, READ_SEQ, SLOT_SIZE, STATE, STATE_BOOTING, STATE_RUNNING,
   STATE_STOPPED, STATE_STOP_REQUESTED, WRITE_SEQ, ringBytes, ringViews, type RingViews,
 } from './ring.ts';
 import type { OpenTunOptions, Tun, TunReader, TunStats } from './tun.ts';
@@ -418,7 +418,8 @@ export class LinuxTun implements Tun, Liveness {
     if (seen !== this.readSeq || Atomics.load(header, DEVICE_GONE) === 1) return this.schedulePump();
     Atomics.store(header, MAIN_WAITING, 1);
     const token = ++this.waitToken;
-    const result = waitAsync(header, WRITE_SEQ, seen);
+    // Under Bun the wait also ends after RING_WAIT_BACKSTOP_MS (a lost notify; the pump looks again).
+    const result = waitAsync(header, WRITE_SEQ, seen, this.loseWakeUp === undefined ? lostWakeUpBackstop(RING_WAIT_BACKSTOP_MS) : undefined);
     if (result.async) {
       void result.value.then(() => {
         if (++this.wakeUps === this.loseWakeUp) return; // test only: a lost notify
