@@ -768,7 +768,7 @@ export class FfiUdpBind implements Bind, Liveness {
     if (seen !== session.readSeq) return this.schedulePump(session);
     Atomics.store(header, MAIN_WAITING, 1);
     const token = ++session.waitToken;
-    // Under Bun the wait also ends after RING_WAIT_BACKSTOP_MS (a lost notify; the pump looks again).
+    // The wait also ends after RING_WAIT_BACKSTOP_MS (a lost notify; the pump looks again).
     const result = waitAsync(header, WRITE_SEQ, seen, this.options.loseWakeUp === undefined ? lostWakeUpBackstop(RING_WAIT_BACKSTOP_MS) : undefined);
     if (result.async) {
       void result.value.then(() => {

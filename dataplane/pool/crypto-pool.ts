@@ -48,7 +48,7 @@ export class InlineCryptoPool implements CryptoPool {
   async close(): Promise<void> {}
 }
 
-/** A wait for completions also ends after this long under Bun (see lostWakeUpBackstop). */
+/** A wait for completions also ends after this long (see lostWakeUpBackstop). */
 const WAIT_BACKSTOP_MS = 20;
 
 /** How long close() waits for a worker to finish its queue and end before terminating it. */

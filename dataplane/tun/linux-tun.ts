@@ -418,7 +418,7 @@ export class LinuxTun implements Tun, Liveness {
     if (seen !== this.readSeq || Atomics.load(header, DEVICE_GONE) === 1) return this.schedulePump();
     Atomics.store(header, MAIN_WAITING, 1);
     const token = ++this.waitToken;
-    // Under Bun the wait also ends after RING_WAIT_BACKSTOP_MS (a lost notify; the pump looks again).
+    // The wait also ends after RING_WAIT_BACKSTOP_MS (a lost notify; the pump looks again).
     const result = waitAsync(header, WRITE_SEQ, seen, this.loseWakeUp === undefined ? lostWakeUpBackstop(RING_WAIT_BACKSTOP_MS) : undefined);
     if (result.async) {
       void result.value.then(() => {

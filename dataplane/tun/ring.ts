@@ -83,7 +83,7 @@ export function finishReader(header: Int32Array, errno: number, failureFlag: num
 }
 
 /**
- * Under Bun a main-thread wait for packets also ends after this long (sys/threads.ts,
+ * A main-thread wait for packets also ends after this long (sys/threads.ts,
  * lostWakeUpBackstop): an idle ring then costs 10 wake-ups a second, a lost notify 100 ms.
  */
 export const RING_WAIT_BACKSTOP_MS = 100;
