@@ -35,6 +35,17 @@
  * one coalesced datagram with its segment size in a control message; the main thread cuts it up
  * again before the handler sees it, so the handler always gets single datagrams.
  *
+ * Sticky sources. The sockets ask for IP_PKTINFO / IPV6_RECVPKTINFO, so each received datagram's
+ * source Endpoint also carries the local address it arrived on (endpoint.ts, LocalSource; the
+ * cache below keeps one Endpoint per source and local address). Whatever is sent to such an
+ * Endpoint carries an IP_PKTINFO / IPV6_PKTINFO control message with that address (after
+ * UDP_SEGMENT in a GSO message; in each collected answer; a single datagram goes through a
+ * one-entry sendmmsg, since sendto takes no control message), so replies leave from the address
+ * the peer talks to, not from the one the kernel would pick, and the peer never sees us roam
+ * between our addresses. When the kernel refuses the source (SOURCE_GONE: the address was
+ * removed), the bind clears it from the Endpoint and sends again without it; the next datagram
+ * from the peer brings a current one.
+ *
  * Receiving (worker thread). A reader thread (udp-reader-worker.ts) polls both sockets and fills
  * a SharedArrayBuffer ring (udp-ring.ts) with recvmmsg(2), datagram bytes, source sockaddr and
  * length in place; it wakes the main thread (Atomics.waitAsync) once per batch, as the TUN reader
@@ -65,11 +76,12 @@
  * 64-bit Linux on x86-64 and AArch64.
  */
 import type { Worker } from 'node:worker_threads';
-import { Endpoint } from '../net/endpoint.ts';
+import { Endpoint, LocalSource } from '../net/endpoint.ts';
 import { formatIp } from '../net/ip.ts';
 import {
-  AF_INET, AF_INET6, CMSGHDR_SIZE, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, EAGAIN, EFD_CLOEXEC, EFD_NONBLOCK, EINTR, EINVAL, EIO,
-  EMSGSIZE, ENOPROTOOPT, EOPNOTSUPP, IOVEC_SIZE, IPPROTO_IPV6, IPV6_V6ONLY, MMSGHDR_SIZE, MSG_DONTWAIT, SOCKADDR_IN6_SIZE,
+  AF_INET, AF_INET6, CMSGHDR_SIZE, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, EAGAIN, EBADF, EFD_CLOEXEC, EFD_NONBLOCK, EINTR, EINVAL, EIO,
+  EMSGSIZE, ENETUNREACH, ENODEV, ENOPROTOOPT, EOPNOTSUPP, IOVEC_SIZE, IPPROTO_IP, IPPROTO_IPV6, IPV6_PKTINFO, IPV6_RECVPKTINFO, IPV6_V6ONLY, IP_PKTINFO,
+  MMSGHDR_SIZE, MSG_DONTWAIT, SOCKADDR_IN6_SIZE,
   SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET, SOL_UDP, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF,
   SO_RXQ_OVFL, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
@@ -78,7 +90,7 @@ import type { Bind, BindStats } from './bind.ts';
 import { StallWatch, WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 import type { UdpReaderConfig } from './udp-reader-worker.ts';
 import {
-  KERNEL_DROPS, LAST_ERRNO, RING_WAIT_BACKSTOP_MS, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
+  KERNEL_DROPS, LAST_ERRNO, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, RING_WAIT_BACKSTOP_MS, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
   STATE_STOP_REQUESTED, TRUNCATED, UDP_RING_SLOTS, UDP_SLOT_SIZE, WRITE_SEQ, udpRingOffsets, udpRingViews, type UdpRingViews,
 } from './udp-ring.ts';
 
@@ -96,6 +108,13 @@ const GSO_MAX_SEGMENTS = 64;
 const GSO_MAX_BYTES = 65000;
 /** errno values of a UDP GSO send that mean "not here": the bind sends without GSO from then on. */
 const GSO_UNSUPPORTED: ReadonlySet<number> = new Set([EINVAL, EIO, EMSGSIZE, ENOPROTOOPT, EOPNOTSUPP]);
+/**
+ * errno values of a send from a sticky source that may mean the kernel will not send from that
+ * address (any more): it is not ours (IPv6: EINVAL; IPv4: ENETUNREACH on Linux 6.x, EINVAL on
+ * older kernels), or its interface is gone. The source is cleared and the datagram sent again
+ * from an address the kernel picks (which fails the same way if the cause was something else).
+ */
+const SOURCE_GONE: ReadonlySet<number> = new Set([EINVAL, EADDRNOTAVAIL, ENETUNREACH, ENODEV]);
 /** Datagrams waiting per socket while the kernel's send buffer is full; more are dropped. */
 const SEND_QUEUE_LIMIT = 4096;
 /**
@@ -142,6 +161,8 @@ export class FfiBindStats implements BindStats {
   sendErrors = 0;
   /** Wake-ups of the main thread that delivered datagrams (received / batches = the average batch). */
   batches = 0;
+  /** Sticky sources cleared because the kernel refused to send from them (the address was removed). */
+  sourcesCleared = 0;
   #retiredReceiveErrors = 0;
   #retiredKernelDrops = 0;
   #header: Int32Array | undefined;
@@ -189,6 +210,8 @@ export class FfiBindStats implements BindStats {
 interface QueuedDatagram {
   name: Uint8Array;
   data: Uint8Array;
+  /** The destination, for its sticky source (endpoint.local at the time of the retry). */
+  to: Endpoint;
 }
 
 class SendQueue {
@@ -199,23 +222,53 @@ class SendQueue {
   }
 }
 
-/** Bytes of one message's control buffer: CMSG_SPACE(sizeof(uint16_t)) for UDP_SEGMENT. */
-const TX_CONTROL_SIZE = 24;
+/** CMSG_SPACE(sizeof(uint16_t)): the UDP_SEGMENT control message. */
+const SEGMENT_SPACE = 24;
+/** CMSG_SPACE(sizeof(struct in_pktinfo)) and CMSG_SPACE(sizeof(struct in6_pktinfo)): the sticky source. */
+const PKTINFO4_SPACE = 32;
+const PKTINFO6_SPACE = 40;
+
+/**
+ * The control message that makes the kernel send from `local` (IP_PKTINFO's ipi_spec_dst,
+ * IPV6_PKTINFO's ipi6_addr). The interface index stays 0: the routing table picks the way out,
+ * so a route that moved to another interface is followed (wireguard-go also passes the index it
+ * received, and watches the routing table to clear the source when a route changes; the address
+ * alone is what keeps the peer from seeing us roam).
+ */
+function encodeSourceControl(local: LocalSource): Uint8Array {
+  const v4 = local.address.length === 4;
+  const bytes = new Uint8Array(v4 ? PKTINFO4_SPACE : PKTINFO6_SPACE);
+  const view = new DataView(bytes.buffer);
+  view.setBigUint64(0, BigInt(CMSGHDR_SIZE + (v4 ? 12 : 20)), true); // cmsg_len = CMSG_LEN(sizeof the struct)
+  view.setInt32(8, v4 ? IPPROTO_IP : IPPROTO_IPV6, true);
+  view.setInt32(12, v4 ? IP_PKTINFO : IPV6_PKTINFO, true);
+  // in_pktinfo: ipi_ifindex (16), ipi_spec_dst (20), ipi_addr (24, unused on send); in6_pktinfo: ipi6_addr (16), ipi6_ifindex (32).
+  bytes.set(local.address, v4 ? 20 : 16);
+  return bytes;
+}
+
+/** Bytes of one message's control buffer: UDP_SEGMENT at 0, the sticky source right after it. */
+const TX_CONTROL_SIZE = SEGMENT_SPACE + PKTINFO6_SPACE;
 
 /**
  * The long-lived sendmmsg arguments: TX_CAPACITY mmsghdrs, as many iovecs, one sockaddr, and a
- * UDP_SEGMENT control message per mmsghdr. Message m points at the sockaddr and at its control
- * buffer for good; its iovec range, iovec count and control length are set per call.
+ * control buffer per mmsghdr (a UDP_SEGMENT control message, then room for a sticky source's).
+ * Message m points at the sockaddr for good; its iovec range, iovec count, control pointer and
+ * control length are set per call.
  */
 class TxArea {
   readonly msgs: Uint8Array;
   readonly msg32: Uint32Array;
   readonly iov32: Uint32Array;
   readonly name: Uint8Array;
-  /** The control buffers as 16-bit words (the segment size of message m at m * 12 + 8). */
+  /** The control buffers as 16-bit words (the segment size of message m at m * 32 + 8) and as bytes. */
   readonly control16: Uint16Array;
-  /** Raw address of iovec 0. */
+  readonly control8: Uint8Array;
+  /** Raw address of iovec 0 and of control buffer 0. */
   readonly iovBase: number;
+  readonly controlBase: number;
+  /** Per message: the sticky source control message last copied into its buffer (copied again only when it changes). */
+  private readonly stamped: Array<Uint8Array | undefined> = new Array(TX_CAPACITY).fill(undefined);
   /** Per message of the current call: the index of its first datagram in the caller's batch, and how many it carries. */
   readonly first = new Int32Array(TX_CAPACITY);
   readonly datagrams = new Int32Array(TX_CAPACITY);
@@ -232,16 +285,18 @@ class TxArea {
     this.msg32 = new Uint32Array(buffer, msgsOffset, (TX_CAPACITY * MMSGHDR_SIZE) / 4);
     this.iov32 = new Uint32Array(buffer, iovOffset, (TX_CAPACITY * IOVEC_SIZE) / 4);
     this.control16 = new Uint16Array(buffer, controlOffset, (TX_CAPACITY * TX_CONTROL_SIZE) / 2);
+    this.control8 = new Uint8Array(buffer, controlOffset, TX_CAPACITY * TX_CONTROL_SIZE);
     this.name = new Uint8Array(buffer, nameOffset, NAME_SIZE);
     const base = libc.address(new Uint8Array(buffer, 0, 1));
     this.iovBase = base + iovOffset;
+    this.controlBase = base + controlOffset;
     const view = new DataView(buffer);
     for (let i = 0; i < TX_CAPACITY; i++) {
       const msg = msgsOffset + i * MMSGHDR_SIZE;
       view.setBigUint64(msg, BigInt(base + nameOffset), true); // msg_name
       view.setBigUint64(msg + 16, BigInt(base + iovOffset + i * IOVEC_SIZE), true); // msg_iov (set per call)
       view.setBigUint64(msg + 24, 1n, true); // msg_iovlen (set per call)
-      view.setBigUint64(msg + 32, BigInt(base + controlOffset + i * TX_CONTROL_SIZE), true); // msg_control
+      view.setBigUint64(msg + 32, BigInt(base + controlOffset + i * TX_CONTROL_SIZE), true); // msg_control (set per call)
       // msg_namelen and msg_controllen are set per call; msg_flags stays 0.
       const control = controlOffset + i * TX_CONTROL_SIZE;
       view.setBigUint64(control, BigInt(CMSGHDR_SIZE + 2), true); // cmsg_len = CMSG_LEN(sizeof(uint16_t))
@@ -256,20 +311,80 @@ class TxArea {
     this.nameLength = length;
   }
 
-  /** Message m carries `iovecs` iovecs from iovec `firstIovec`, as one datagram or as segments of `segmentSize` bytes. */
-  setMessage(m: number, firstIovec: number, iovecs: number, segmentSize: number): void {
+  /**
+   * Message m carries `iovecs` iovecs from iovec `firstIovec`, as one datagram or as segments of
+   * `segmentSize` bytes, from the sticky source whose control message is `source` (if any).
+   */
+  setMessage(m: number, firstIovec: number, iovecs: number, segmentSize: number, source: Uint8Array | undefined): void {
     const w = m * (MMSGHDR_SIZE / 4);
     const address = this.iovBase + firstIovec * IOVEC_SIZE;
     const low = address >>> 0;
     this.msg32[w + 4] = low;
     this.msg32[w + 5] = (address - low) / 4294967296;
     this.msg32[w + 6] = iovecs;
-    if (iovecs > 1) {
-      this.control16[m * (TX_CONTROL_SIZE / 2) + 8] = segmentSize;
-      this.msg32[w + 10] = TX_CONTROL_SIZE;
+    const segmented = iovecs > 1;
+    if (segmented) this.control16[m * (TX_CONTROL_SIZE / 2) + 8] = segmentSize;
+    if (source === undefined) {
+      this.msg32[w + 10] = segmented ? SEGMENT_SPACE : 0;
+      if (!segmented) return;
     } else {
-      this.msg32[w + 10] = 0;
+      if (this.stamped[m] !== source) {
+        this.control8.set(source, m * TX_CONTROL_SIZE + SEGMENT_SPACE);
+        this.stamped[m] = source;
+      }
+      this.msg32[w + 10] = segmented ? SEGMENT_SPACE + source.length : source.length;
     }
+    // The control messages start with UDP_SEGMENT when there is one, else with the source's.
+    const control = this.controlBase + m * TX_CONTROL_SIZE + (segmented ? 0 : SEGMENT_SPACE);
+    const controlLow = control >>> 0;
+    this.msg32[w + 8] = controlLow;
+    this.msg32[w + 9] = (control - controlLow) / 4294967296;
+  }
+}
+
+/**
+ * One message of any size from a sticky source (sendmmsg with one entry: sendto cannot carry a
+ * control message): `send` copies the datagram here, as the kernel needs a raw address for it.
+ */
+class SourcedSendArea {
+  readonly msgs: Uint8Array;
+  private readonly msg32: Uint32Array;
+  private readonly iov32: Uint32Array;
+  private readonly name: Uint8Array;
+  private readonly control: Uint8Array;
+  private readonly data: Uint8Array;
+
+  constructor(libc: Libc) {
+    const iovOffset = MMSGHDR_SIZE;
+    const nameOffset = iovOffset + IOVEC_SIZE;
+    const controlOffset = nameOffset + NAME_SIZE;
+    const dataOffset = controlOffset + PKTINFO6_SPACE;
+    const buffer = new SharedArrayBuffer(dataOffset + 65536);
+    this.msgs = new Uint8Array(buffer, 0, MMSGHDR_SIZE);
+    this.msg32 = new Uint32Array(buffer, 0, MMSGHDR_SIZE / 4);
+    this.iov32 = new Uint32Array(buffer, iovOffset, IOVEC_SIZE / 4);
+    this.name = new Uint8Array(buffer, nameOffset, NAME_SIZE);
+    this.control = new Uint8Array(buffer, controlOffset, PKTINFO6_SPACE);
+    this.data = new Uint8Array(buffer, dataOffset, 65536);
+    const base = libc.address(new Uint8Array(buffer, 0, 1));
+    const view = new DataView(buffer);
+    view.setBigUint64(0, BigInt(base + nameOffset), true); // msg_name
+    view.setBigUint64(16, BigInt(base + iovOffset), true); // msg_iov
+    view.setBigUint64(24, 1n, true); // msg_iovlen
+    view.setBigUint64(32, BigInt(base + controlOffset), true); // msg_control
+    view.setBigUint64(iovOffset, BigInt(base + dataOffset), true); // iov_base
+  }
+
+  /** Fills the message; false when the datagram cannot be a UDP datagram (the caller counts it). */
+  prepare(name: Uint8Array, datagram: Uint8Array, source: Uint8Array): boolean {
+    if (datagram.length > this.data.length) return false;
+    this.name.set(name);
+    this.msg32[2] = name.length; // msg_namelen
+    this.data.set(datagram);
+    this.iov32[2] = datagram.length; // iov_len
+    this.control.set(source);
+    this.msg32[10] = source.length; // msg_controllen
+    return true;
   }
 }
 
@@ -281,8 +396,9 @@ const DEFERRED_MAX_BYTES = 256;
 /**
  * The datagrams `send` is given while the bind delivers received ones (mostly the answers to
  * them: under a handshake flood, one cookie reply per message), copied here and sent with one
- * sendmmsg per delivery instead of one sendto each. Message i has its own destination (name i) and
- * data slot i; all are to one socket (a datagram for the other family flushes first).
+ * sendmmsg per delivery instead of one sendto each. Message i has its own destination (name i),
+ * data slot i and control buffer i (its sticky source, if any); all are to one socket (a datagram
+ * for the other family flushes first).
  */
 class DeferredArea {
   readonly msgs: Uint8Array;
@@ -290,6 +406,9 @@ class DeferredArea {
   readonly iov32: Uint32Array;
   readonly names: Uint8Array;
   readonly data: Uint8Array;
+  readonly controls: Uint8Array;
+  /** Message i's destination (for its sticky source, and to clear that source if the kernel refuses it). */
+  readonly destinations: Array<Endpoint | undefined> = new Array(DEFERRED_CAPACITY).fill(undefined);
   count = 0;
   /** The family of the datagrams collected (4 or 6). */
   family = 4;
@@ -297,13 +416,15 @@ class DeferredArea {
   constructor(libc: Libc) {
     const iovOffset = DEFERRED_CAPACITY * MMSGHDR_SIZE;
     const nameOffset = iovOffset + DEFERRED_CAPACITY * IOVEC_SIZE;
-    const dataOffset = nameOffset + DEFERRED_CAPACITY * NAME_SIZE;
+    const controlOffset = nameOffset + DEFERRED_CAPACITY * NAME_SIZE;
+    const dataOffset = controlOffset + DEFERRED_CAPACITY * PKTINFO6_SPACE;
     const buffer = new SharedArrayBuffer(dataOffset + DEFERRED_CAPACITY * DEFERRED_MAX_BYTES);
     this.msgs = new Uint8Array(buffer, 0, iovOffset);
     this.msg32 = new Uint32Array(buffer, 0, iovOffset / 4);
     this.iov32 = new Uint32Array(buffer, iovOffset, (DEFERRED_CAPACITY * IOVEC_SIZE) / 4);
     this.names = new Uint8Array(buffer, nameOffset, DEFERRED_CAPACITY * NAME_SIZE);
     this.data = new Uint8Array(buffer, dataOffset, DEFERRED_CAPACITY * DEFERRED_MAX_BYTES);
+    this.controls = new Uint8Array(buffer, controlOffset, DEFERRED_CAPACITY * PKTINFO6_SPACE);
     const base = libc.address(new Uint8Array(buffer, 0, 1));
     const view = new DataView(buffer);
     for (let i = 0; i < DEFERRED_CAPACITY; i++) {
@@ -311,18 +432,36 @@ class DeferredArea {
       view.setBigUint64(msg, BigInt(base + nameOffset + i * NAME_SIZE), true); // msg_name
       view.setBigUint64(msg + 16, BigInt(base + iovOffset + i * IOVEC_SIZE), true); // msg_iov
       view.setBigUint64(msg + 24, 1n, true); // msg_iovlen
-      // msg_control stays NULL, msg_controllen 0, msg_flags 0; msg_namelen is set per datagram.
+      view.setBigUint64(msg + 32, BigInt(base + controlOffset + i * PKTINFO6_SPACE), true); // msg_control
+      // msg_flags stays 0; msg_namelen and msg_controllen are set per datagram.
       view.setBigUint64(iovOffset + i * IOVEC_SIZE, BigInt(base + dataOffset + i * DEFERRED_MAX_BYTES), true); // iov_base
     }
   }
 
-  /** Copies a datagram and its destination into the next message. */
-  add(name: Uint8Array, datagram: Uint8Array): void {
+  /** Copies a datagram, its destination and its sticky source's control message (if any) into the next message. */
+  add(to: Endpoint, name: Uint8Array, datagram: Uint8Array, source: Uint8Array | undefined): void {
     const i = this.count++;
     this.names.set(name, i * NAME_SIZE);
     this.msg32[i * (MMSGHDR_SIZE / 4) + 2] = name.length; // msg_namelen
     this.data.set(datagram, i * DEFERRED_MAX_BYTES);
     this.iov32[i * (IOVEC_SIZE / 4) + 2] = datagram.length; // iov_len
+    this.destinations[i] = to;
+    if (source === undefined) {
+      this.msg32[i * (MMSGHDR_SIZE / 4) + 10] = 0; // msg_controllen
+    } else {
+      this.controls.set(source, i * PKTINFO6_SPACE);
+      this.msg32[i * (MMSGHDR_SIZE / 4) + 10] = source.length;
+    }
+  }
+
+  /** Whether message i is to leave from a sticky source. */
+  sourced(i: number): boolean {
+    return this.msg32[i * (MMSGHDR_SIZE / 4) + 10] !== 0;
+  }
+
+  /** Message i leaves from an address the kernel picks. */
+  unsource(i: number): void {
+    this.msg32[i * (MMSGHDR_SIZE / 4) + 10] = 0;
   }
 
   /** Message i's destination and bytes (views into this area), for the send queue. */
@@ -376,12 +515,34 @@ class Session {
   }
 }
 
-interface V6Entry {
+/** A source seen before: the Endpoint handed out for it, and what it was made from. */
+interface SourceEntry {
   endpoint: Endpoint;
+  /**
+   * endpoint.local as it was made: when the bind has cleared it since (the kernel refused to send
+   * from it), the next datagram makes a new Endpoint, so an address that came back is used again.
+   */
+  local: LocalSource | undefined;
+  /** The local address words and interface index it was made from (udp-ring.ts, LOCAL_WORDS). */
+  l0: number;
+  l1: number;
+  l2: number;
+  l3: number;
+  ifindex: number;
+  /** IPv6: the remote address words (the map key is a hash of them). */
   w0: number;
   w1: number;
   w2: number;
   w3: number;
+}
+
+/** Whether a cached source was made from the local address in slot words `l`, and still has it. */
+function sameLocal(entry: SourceEntry, locals: Int32Array, l: number): boolean {
+  const local = entry.local;
+  if (entry.endpoint.local !== local) return false; // cleared since: see SourceEntry.local
+  if (locals[l + LOCAL_FAMILY] === 0) return local === undefined;
+  return local !== undefined && entry.l0 === locals[l] && entry.l1 === locals[l + 1] && entry.l2 === locals[l + 2]
+    && entry.l3 === locals[l + 3] && entry.ifindex === locals[l + LOCAL_IFINDEX];
 }
 
 /** Reader threads of this process that have not exited yet (all FfiUdpBinds). */
@@ -409,6 +570,7 @@ export class FfiUdpBind implements Bind, Liveness {
   private libc: Libc | undefined;
   private tx: TxArea | undefined;
   private deferred: DeferredArea | undefined;
+  private sourcedArea: SourcedSendArea | undefined;
   /** True while received datagrams are being handed to the handler: small sends are collected (DeferredArea). */
   private delivering = false;
   private session: Session | undefined;
@@ -422,9 +584,11 @@ export class FfiUdpBind implements Bind, Liveness {
   private lifecycle: Promise<unknown> = Promise.resolve();
 
   private readonly sockaddrs = new WeakMap<Endpoint, Uint8Array>();
+  /** The IP_PKTINFO / IPV6_PKTINFO control message of each sticky source, built once. */
+  private readonly sourceControls = new WeakMap<LocalSource, Uint8Array>();
   private readonly addresses = new WeakMap<SharedArrayBuffer, number>();
-  private readonly endpoints4 = new Map<number, Endpoint>();
-  private readonly endpoints6 = new Map<number, V6Entry>();
+  private readonly endpoints4 = new Map<number, SourceEntry>();
+  private readonly endpoints6 = new Map<number, SourceEntry>();
 
   /** Send runs of equal-sized datagrams as one UDP GSO message (cleared when the kernel refuses it). */
   private gso: boolean;
@@ -526,6 +690,7 @@ export class FfiUdpBind implements Bind, Liveness {
     const libc = (this.libc ??= this.options.libc ?? await loadLibc());
     this.tx ??= new TxArea(libc);
     this.deferred ??= new DeferredArea(libc);
+    this.sourcedArea ??= new SourcedSendArea(libc);
     const { fd4, fd6, chosen } = this.bindSockets(libc, port);
     let wakeFd = -1;
     try {
@@ -619,6 +784,9 @@ export class FfiUdpBind implements Bind, Liveness {
     const on = new Uint8Array(4);
     new Int32Array(on.buffer)[0] = 1;
     libc.setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, on, 4);
+    // Each datagram comes with the local address it arrived on (sticky sources); without it, the kernel picks sources.
+    if (family === AF_INET) libc.setsockopt(fd, IPPROTO_IP, IP_PKTINFO, on, 4);
+    else libc.setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, on, 4);
     if (this.gro) {
       // Coalesced receives: a kernel without UDP_GRO simply delivers one datagram per message.
       const one = new Uint8Array(4);
@@ -869,22 +1037,24 @@ export class FfiUdpBind implements Bind, Liveness {
     return more;
   }
 
-  /** The Endpoint of slot `slot`'s source address, from the cache when this source was seen before. */
+  /**
+   * The Endpoint of slot `slot`'s source address and the local address it arrived on, from the
+   * cache when this source was seen on that local address before (one entry per source: a peer
+   * that moves to another of our addresses replaces it).
+   */
   private sourceOf(views: UdpRingViews, slot: number): Endpoint | undefined {
-    const { names, names16, names32 } = views;
+    const { names, names16, names32, locals } = views;
     const b = slot * NAME_SIZE;
     const w = b >>> 2;
+    const l = slot * LOCAL_WORDS;
     const port = (names[b + 2] << 8) | names[b + 3];
     const family = names16[b >>> 1];
     if (family === AF_INET) {
       const key = names32[w + 1] * 65536 + port;
-      let endpoint = this.endpoints4.get(key);
-      if (endpoint === undefined) {
-        endpoint = new Endpoint(`${names[b + 4]}.${names[b + 5]}.${names[b + 6]}.${names[b + 7]}`, port);
-        if (this.endpoints4.size >= ENDPOINT_CACHE_LIMIT) this.endpoints4.clear();
-        this.endpoints4.set(key, endpoint);
-      }
-      return endpoint;
+      const entry = this.endpoints4.get(key);
+      if (entry !== undefined && sameLocal(entry, locals, l)) return entry.endpoint;
+      const host = entry?.endpoint.host ?? `${names[b + 4]}.${names[b + 5]}.${names[b + 6]}.${names[b + 7]}`;
+      return this.remember(this.endpoints4, key, host, port, locals, l, 0, 0, 0, 0);
     }
     if (family === AF_INET6) {
       const w0 = names32[w + 2], w1 = names32[w + 3], w2 = names32[w + 4], w3 = names32[w + 5];
@@ -894,15 +1064,28 @@ export class FfiUdpBind implements Bind, Liveness {
       h = Math.imul(h ^ (h >>> 16) ^ w3, 0x27d4eb2f);
       const key = (h ^ (h >>> 15)) >>> 0;
       const entry = this.endpoints6.get(key);
-      if (entry !== undefined && entry.w0 === w0 && entry.w1 === w1 && entry.w2 === w2 && entry.w3 === w3 && entry.endpoint.port === port) {
-        return entry.endpoint;
-      }
-      const endpoint = new Endpoint(formatIp(names.slice(b + 8, b + 24)), port);
-      if (this.endpoints6.size >= ENDPOINT_CACHE_LIMIT) this.endpoints6.clear();
-      this.endpoints6.set(key, { endpoint, w0, w1, w2, w3 });
-      return endpoint;
+      const sameRemote = entry !== undefined && entry.w0 === w0 && entry.w1 === w1 && entry.w2 === w2 && entry.w3 === w3 && entry.endpoint.port === port;
+      if (sameRemote && sameLocal(entry, locals, l)) return entry.endpoint;
+      const host = sameRemote ? entry.endpoint.host : formatIp(names.slice(b + 8, b + 24));
+      return this.remember(this.endpoints6, key, host, port, locals, l, w0, w1, w2, w3);
     }
     return undefined;
+  }
+
+  /** A new Endpoint for a source (and the local address of slot words `l`), kept in `cache`. */
+  private remember(cache: Map<number, SourceEntry>, key: number, host: string, port: number, locals: Int32Array, l: number,
+    w0: number, w1: number, w2: number, w3: number): Endpoint {
+    const l0 = locals[l], l1 = locals[l + 1], l2 = locals[l + 2], l3 = locals[l + 3], ifindex = locals[l + LOCAL_IFINDEX];
+    const localFamily = locals[l + LOCAL_FAMILY];
+    let local: LocalSource | undefined;
+    if (localFamily !== 0) {
+      const words = Int32Array.of(l0, l1, l2, l3); // the address bytes, in the order the kernel wrote them
+      local = new LocalSource(new Uint8Array(words.buffer, 0, localFamily === 4 ? 4 : 16), ifindex);
+    }
+    const endpoint = new Endpoint(host, port, local);
+    if (cache.size >= ENDPOINT_CACHE_LIMIT) cache.clear();
+    cache.set(key, { endpoint, local, l0, l1, l2, l3, ifindex, w0, w1, w2, w3 });
+    return endpoint;
   }
 
   // --- sending ----------------------------------------------------------------------------------------
@@ -914,6 +1097,56 @@ export class FfiUdpBind implements Bind, Liveness {
       this.sockaddrs.set(to, name);
     }
     return name;
+  }
+
+  /** The control message for sending from `to`'s sticky source; undefined when it has none. */
+  private sourceControlOf(to: Endpoint): Uint8Array | undefined {
+    const local = to.local;
+    if (local === undefined) return undefined;
+    let control = this.sourceControls.get(local);
+    if (control === undefined) {
+      control = encodeSourceControl(local);
+      this.sourceControls.set(local, control);
+    }
+    return control;
+  }
+
+  /**
+   * The kernel will not send from `to`'s sticky source (the address was removed): from now on
+   * it picks the source. The Endpoint is the peer's own, so its next datagrams go without one
+   * too, until one arrives from the peer again (on an address we still have).
+   */
+  private clearSource(to: Endpoint): void {
+    to.local = undefined;
+    this.stats.sourcesCleared++;
+  }
+
+  /**
+   * One datagram now, from `to`'s sticky source if it has one (then through sendmmsg: sendto takes
+   * no control message); a refused source is cleared and the datagram sent again without it.
+   * Returns 0 when sent, else the errno.
+   */
+  private sendNow(fd: number, to: Endpoint, name: Uint8Array, datagram: Uint8Array): number {
+    const libc = this.libc!;
+    for (;;) {
+      const source = this.sourceControlOf(to);
+      let sent: boolean;
+      if (source === undefined) {
+        sent = libc.sendto(fd, datagram, datagram.length, MSG_DONTWAIT, name, name.length) >= 0;
+      } else {
+        const area = this.sourcedArea!;
+        if (!area.prepare(name, datagram, source)) return EMSGSIZE;
+        sent = libc.sendmmsg(fd, area.msgs, 1, MSG_DONTWAIT) === 1;
+      }
+      if (sent) return 0;
+      const errno = libc.errno();
+      if (errno === EINTR) continue;
+      if (source !== undefined && SOURCE_GONE.has(errno)) {
+        this.clearSource(to);
+        continue;
+      }
+      return errno;
+    }
   }
 
   send(to: Endpoint, datagram: Uint8Array): void {
@@ -929,25 +1162,17 @@ export class FfiUdpBind implements Bind, Liveness {
     if (deferred.count > 0 && (!this.delivering || deferred.family !== to.family || datagram.length > DEFERRED_MAX_BYTES)) {
       this.flushDeferred(); // keeps the order of what was collected and this datagram
     }
-    if (!queue.empty) return this.enqueue(queue, name, datagram);
+    if (!queue.empty) return this.enqueue(queue, to, name, datagram);
     if (this.delivering && datagram.length <= DEFERRED_MAX_BYTES) {
       deferred.family = to.family;
-      deferred.add(name, datagram);
+      deferred.add(to, name, datagram, this.sourceControlOf(to));
       if (deferred.count === DEFERRED_CAPACITY) this.flushDeferred();
       return;
     }
-    const libc = this.libc!;
-    for (;;) {
-      if (libc.sendto(fd, datagram, datagram.length, MSG_DONTWAIT, name, name.length) >= 0) {
-        this.stats.sent++;
-        return;
-      }
-      const errno = libc.errno();
-      if (errno === EINTR) continue;
-      if (errno === EAGAIN) return this.enqueue(queue, name, datagram);
-      this.stats.sendErrors++;
-      return;
-    }
+    const errno = this.sendNow(fd, to, name, datagram);
+    if (errno === 0) this.stats.sent++;
+    else if (errno === EAGAIN) this.enqueue(queue, to, name, datagram);
+    else this.stats.sendErrors++;
   }
 
   sendBatch(to: Endpoint, data: Uint8Array, stride: number, lengths: ArrayLike<number>, count: number): void {
@@ -991,6 +1216,7 @@ export class FfiUdpBind implements Bind, Liveness {
     }
     base += data.byteOffset;
     const name = this.sockaddrOf(to);
+    const source = this.sourceControlOf(to);
     tx.name.set(name);
     tx.setNameLength(name.length);
     const { iov32, first, datagrams, msgs } = tx;
@@ -1034,7 +1260,7 @@ export class FfiUdpBind implements Bind, Liveness {
         v++;
         runBytes += length;
         datagrams[m - 1]++;
-        tx.setMessage(m - 1, runStart, v - runStart, runSize);
+        tx.setMessage(m - 1, runStart, v - runStart, runSize, source);
         if (length < runSize) runSize = 0; // a shorter datagram ends its run
       }
       let done = 0;
@@ -1054,8 +1280,14 @@ export class FfiUdpBind implements Bind, Liveness {
             const start = k * stride;
             if (length <= 0) continue;
             if (start + length > limit) stats.sendErrors++;
-            else this.enqueue(queue, name, data.subarray(start, start + length));
+            else this.enqueue(queue, to, name, data.subarray(start, start + length));
           }
+          return;
+        }
+        if (source !== undefined && SOURCE_GONE.has(errno)) {
+          // The sticky source is gone (before GSO is blamed for an EINVAL): the rest leaves from an address the kernel picks.
+          this.clearSource(to);
+          this.sendRange(to, data, stride, lengths, first[done], count);
           return;
         }
         if (datagrams[done] > 1 && GSO_UNSUPPORTED.has(errno)) {
@@ -1084,6 +1316,7 @@ export class FfiUdpBind implements Bind, Liveness {
     const fd = s === undefined ? -1 : deferred.family === 4 ? s.fd4 : s.fd6;
     if (fd < 0) {
       this.stats.sendErrors += m;
+      deferred.destinations.fill(undefined, 0, m);
       return;
     }
     const libc = this.libc!;
@@ -1099,21 +1332,29 @@ export class FfiUdpBind implements Bind, Liveness {
       const errno = libc.errno();
       if (errno === EINTR) continue;
       if (errno === EAGAIN) {
-        for (let k = done; k < m; k++) this.enqueue(queue, deferred.name(k).slice(), deferred.datagram(k));
-        return;
+        for (let k = done; k < m; k++) this.enqueue(queue, deferred.destinations[k]!, deferred.name(k).slice(), deferred.datagram(k));
+        break;
+      }
+      if (deferred.sourced(done) && SOURCE_GONE.has(errno)) {
+        // Its sticky source is gone: this message again, from an address the kernel picks.
+        const to = deferred.destinations[done]!;
+        if (to.local !== undefined) this.clearSource(to);
+        deferred.unsource(done);
+        continue;
       }
       this.stats.sendErrors++;
       done++;
     }
+    deferred.destinations.fill(undefined, 0, m);
   }
 
   /** Queues a copy of a datagram behind the socket's earlier ones (the kernel's send buffer is full). */
-  private enqueue(queue: SendQueue, name: Uint8Array, datagram: Uint8Array): void {
+  private enqueue(queue: SendQueue, to: Endpoint, name: Uint8Array, datagram: Uint8Array): void {
     if (queue.items.length - queue.head >= SEND_QUEUE_LIMIT) {
       this.stats.sendErrors++;
       return;
     }
-    queue.items.push({ name, data: datagram.slice() });
+    queue.items.push({ name, data: datagram.slice(), to });
     this.scheduleFlush(true);
   }
 
@@ -1129,18 +1370,16 @@ export class FfiUdpBind implements Bind, Liveness {
     this.flushScheduled = false;
     const s = this.session;
     if (!s) return this.dropQueued();
-    const libc = this.libc!;
     let progress = false;
     let blocked = false;
     for (const [queue, fd] of [[this.queue4, s.fd4], [this.queue6, s.fd6]] as const) {
       while (!queue.empty) {
-        const { name, data } = queue.items[queue.head];
-        if (fd >= 0 && libc.sendto(fd, data, data.length, MSG_DONTWAIT, name, name.length) >= 0) {
+        const { name, data, to } = queue.items[queue.head];
+        const errno = fd >= 0 ? this.sendNow(fd, to, name, data) : EBADF;
+        if (errno === 0) {
           this.stats.sent++;
           progress = true;
         } else {
-          const errno = fd >= 0 ? libc.errno() : 0;
-          if (errno === EINTR) continue;
           if (errno === EAGAIN) {
             blocked = true;
             break;

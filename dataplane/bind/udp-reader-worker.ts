@@ -6,6 +6,10 @@
  * said it is waiting (MAIN_WAITING), so under load one wake-up carries many datagrams and the
  * receive system calls run beside the main thread's packet processing.
  *
+ * The sockets ask for IP_PKTINFO / IPV6_RECVPKTINFO: each datagram comes with the local address
+ * it arrived on, which the reader copies into the slot's `locals` words; the main thread keeps it
+ * in the source Endpoint, so replies leave from that address (sticky sources, endpoint.ts).
+ *
  * The sockets have SO_RXQ_OVFL set: a datagram comes with the socket's count of datagrams the
  * kernel dropped so far because its receive queue was full (when that count is not zero). The
  * reader publishes the latest count per socket (KERNEL_DROPS), so the main thread can count those
@@ -20,11 +24,11 @@
  */
 import { workerData } from 'node:worker_threads';
 import {
-  CMSGHDR_SIZE, EAGAIN, EBADF, EINTR, MSG_DONTWAIT, MSG_TRUNC, MMSGHDR_SIZE, IOVEC_SIZE, POLLIN, POLLNVAL, SOCKADDR_IN6_SIZE, SOL_SOCKET,
-  SOL_UDP, SO_RXQ_OVFL, UDP_GRO, loadLibc, type Libc } from '../sys/libc.ts';
+  CMSGHDR_SIZE, EAGAIN, EBADF, EINTR, IPPROTO_IP, IPPROTO_IPV6, IPV6_PKTINFO, IP_PKTINFO, MSG_DONTWAIT, MSG_TRUNC, MMSGHDR_SIZE, IOVEC_SIZE,
+  POLLIN, POLLNVAL, SOCKADDR_IN6_SIZE, SOL_SOCKET, SOL_UDP, SO_RXQ_OVFL, UDP_GRO, loadLibc, type Libc } from '../sys/libc.ts';
 import {
-  CONTROL_SIZE, KERNEL_DROPS, LAST_ERRNO, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING,
-  STATE_STOP_REQUESTED, TRUNCATED, WRITE_SEQ, udpRingViews } from './udp-ring.ts';
+  CONTROL_SIZE, KERNEL_DROPS, LAST_ERRNO, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ,
+  STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOP_REQUESTED, TRUNCATED, WRITE_SEQ, udpRingViews } from './udp-ring.ts';
 import { finishReader } from '../tun/ring.ts';
 
 export interface UdpReaderConfig {
@@ -67,7 +71,7 @@ function buildMessageHeaders(libc: Libc, config: UdpReaderConfig, offsets: Retur
 
 export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
   const { fds, wakeFd, buffer, slots } = config;
-  const { header, lengths, segments, offsets } = udpRingViews(buffer, config);
+  const { header, lengths, segments, locals, offsets } = udpRingViews(buffer, config);
   // The control buffers as 32-bit words: per slot, cmsg_len at +0, cmsg_level at +2, cmsg_type at +3, the value at +4.
   const control32 = new Int32Array(buffer, offsets.controls, (slots * CONTROL_SIZE) / 4);
   const CONTROL_WORDS = CONTROL_SIZE / 4;
@@ -122,21 +126,42 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
           } else {
             lengths[slot] = msg32[words + 14];
           }
-          // Control messages: a coalesced datagram (UDP GRO) comes with its segment size, and
-          // after the first kernel drop every datagram with the socket's drop count (SO_RXQ_OVFL).
+          // Control messages: a coalesced datagram (UDP GRO) comes with its segment size, after
+          // the first kernel drop every datagram with the socket's drop count (SO_RXQ_OVFL), and
+          // each with the local address it arrived on (IP_PKTINFO / IPV6_PKTINFO).
           const c = slot * CONTROL_WORDS;
           const controlLength = Math.min(msg32[words + 10], CONTROL_SIZE);
+          const local = slot * LOCAL_WORDS;
           let segment = 0;
+          let localFamily = 0;
           for (let at = 0; at + CMSGHDR_SIZE + 4 <= controlLength;) {
             const w = c + (at >>> 2);
             const length = control32[w]; // cmsg_len (a size_t; the high word is 0)
-            if (length < CMSGHDR_SIZE) break;
+            if (length < CMSGHDR_SIZE || at + length > controlLength) break;
             const level = control32[w + 2], type = control32[w + 3];
             if (level === SOL_UDP && type === UDP_GRO) segment = control32[w + 4];
             else if (level === SOL_SOCKET && type === SO_RXQ_OVFL) Atomics.store(header, KERNEL_DROPS + which, control32[w + 4]);
+            else if (level === IPPROTO_IP && type === IP_PKTINFO && length >= CMSGHDR_SIZE + 12) {
+              // struct in_pktinfo: int ipi_ifindex, struct in_addr ipi_spec_dst (the local address), ipi_addr.
+              locals[local] = control32[w + 5];
+              locals[local + 1] = 0;
+              locals[local + 2] = 0;
+              locals[local + 3] = 0;
+              locals[local + LOCAL_IFINDEX] = control32[w + 4];
+              localFamily = 4;
+            } else if (level === IPPROTO_IPV6 && type === IPV6_PKTINFO && length >= CMSGHDR_SIZE + 20) {
+              // struct in6_pktinfo: struct in6_addr ipi6_addr, int ipi6_ifindex.
+              locals[local] = control32[w + 4];
+              locals[local + 1] = control32[w + 5];
+              locals[local + 2] = control32[w + 6];
+              locals[local + 3] = control32[w + 7];
+              locals[local + LOCAL_IFINDEX] = control32[w + 8];
+              localFamily = 6;
+            }
             at += (length + 7) & ~7; // CMSG_ALIGN
           }
           segments[slot] = segment;
+          locals[local + LOCAL_FAMILY] = localFamily;
           msg32[words + 2] = SOCKADDR_IN6_SIZE; // the kernel wrote the actual name length back
           msg32[words + 10] = CONTROL_SIZE; // and the control length
         }

@@ -11,8 +11,9 @@
  *   lengths  int32 per slot: the datagram length, or -1 when it did not fit its slot
  *   names    32 bytes per slot: the source address (struct sockaddr_in or sockaddr_in6, 28 bytes)
  *   segments int32 per slot: with UDP GRO, the size of the datagrams a coalesced slot holds (0 = one datagram)
- *   controls 64 bytes per slot: the control messages the kernel writes (UDP_GRO's segment size,
- *            SO_RXQ_OVFL's drop count)
+ *   locals   32 bytes per slot: the local address the datagram arrived on (see LOCAL_WORDS)
+ *   controls 128 bytes per slot: the control messages the kernel writes (UDP_GRO's segment size,
+ *            SO_RXQ_OVFL's drop count, IP_PKTINFO / IPV6_PKTINFO)
  *   msgs     one struct mmsghdr per slot (64 bytes), built once by the worker
  *   iovecs   one struct iovec per slot (16 bytes): the slot's data
  *   data     `slotSize` bytes per slot, page-aligned
@@ -44,8 +45,20 @@ export const UDP_HEADER_INTS = HEADER_INTS + 2;
 
 /** Bytes reserved per source address (sizeof(struct sockaddr_in6) = 28, rounded up). */
 export const NAME_SIZE = 32;
-/** Bytes of control buffer per slot: two CMSG_SPACE(sizeof(int)) = 24 (UDP_GRO and SO_RXQ_OVFL), rounded up. */
-export const CONTROL_SIZE = 64;
+/**
+ * Bytes of control buffer per slot: two CMSG_SPACE(sizeof(int)) = 24 (UDP_GRO and SO_RXQ_OVFL)
+ * and CMSG_SPACE(sizeof(struct in6_pktinfo)) = 40 (in_pktinfo: 32), rounded up.
+ */
+export const CONTROL_SIZE = 128;
+/**
+ * Per slot, 32-bit words of the local address the datagram arrived on, as the reader copies it
+ * from IP_PKTINFO (ipi_spec_dst) or IPV6_PKTINFO (ipi6_addr): words 0..3 the address as the
+ * kernel wrote it (IPv4: word 0, the rest 0), word 4 the interface index, word 5 the family
+ * (4 or 6; 0 = the datagram came without one).
+ */
+export const LOCAL_WORDS = 8;
+export const LOCAL_IFINDEX = 4;
+export const LOCAL_FAMILY = 5;
 /**
  * 256 slots of 64 KiB: any UDP datagram, or a UDP GRO run of them, fits whole; only the touched
  * pages of a slot cost memory (with GRO a slot is often full: 16 MiB at most).
@@ -62,6 +75,7 @@ export interface UdpRingOffsets {
   lengths: number;
   names: number;
   segments: number;
+  locals: number;
   controls: number;
   msgs: number;
   iovecs: number;
@@ -78,11 +92,12 @@ export function udpRingOffsets(layout: UdpRingLayout): UdpRingOffsets {
   const lengths = UDP_HEADER_INTS * 4;
   const names = align(lengths + slots * 4, 64);
   const segments = align(names + slots * NAME_SIZE, 64);
-  const controls = align(segments + slots * 4, 64);
+  const locals = align(segments + slots * 4, 64);
+  const controls = align(locals + slots * LOCAL_WORDS * 4, 64);
   const msgs = align(controls + slots * CONTROL_SIZE, 64);
   const iovecs = msgs + slots * MMSGHDR_SIZE;
   const data = align(iovecs + slots * IOVEC_SIZE, 4096);
-  return { lengths, names, segments, controls, msgs, iovecs, data, total: data + slots * slotSize };
+  return { lengths, names, segments, locals, controls, msgs, iovecs, data, total: data + slots * slotSize };
 }
 
 export interface UdpRingViews {
@@ -90,6 +105,8 @@ export interface UdpRingViews {
   lengths: Int32Array;
   /** Per slot: the segment size of a coalesced (UDP GRO) slot, else 0. */
   segments: Int32Array;
+  /** Per slot, LOCAL_WORDS words: the local address the datagram arrived on. */
+  locals: Int32Array;
   /** All source addresses, NAME_SIZE bytes per slot, as bytes and as 16- and 32-bit words. */
   names: Uint8Array;
   names16: Uint16Array;
@@ -104,6 +121,7 @@ export function udpRingViews(buffer: SharedArrayBuffer, layout: UdpRingLayout): 
     header: new Int32Array(buffer, 0, UDP_HEADER_INTS),
     lengths: new Int32Array(buffer, offsets.lengths, layout.slots),
     segments: new Int32Array(buffer, offsets.segments, layout.slots),
+    locals: new Int32Array(buffer, offsets.locals, layout.slots * LOCAL_WORDS),
     names: new Uint8Array(buffer, offsets.names, layout.slots * NAME_SIZE),
     names16: new Uint16Array(buffer, offsets.names, (layout.slots * NAME_SIZE) / 2),
     names32: new Uint32Array(buffer, offsets.names, (layout.slots * NAME_SIZE) / 4),

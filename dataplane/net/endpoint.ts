@@ -1,8 +1,28 @@
 /**
  * A UDP endpoint (address and port) as WireGuard writes it: `ip:port` or `[ipv6]:port`.
  * Only numeric addresses: `wg` resolves names itself before it talks to the control socket.
+ *
+ * An endpoint learnt from a received datagram may also carry the local address that datagram
+ * arrived on (its LocalSource, from IP_PKTINFO / IPV6_PKTINFO): the bind sends to this endpoint
+ * from that address ("sticky" source, as WireGuard does), so a node with several addresses
+ * answers from the one its peer talks to. It is not part of the endpoint's identity or text form.
  */
 import { formatIp, parseIp, type IpFamily } from './ip.ts';
+
+/** One of our own addresses, as the kernel reported it for a received datagram. */
+export class LocalSource {
+  /** 4 or 16 bytes. */
+  readonly address: Uint8Array;
+
+  constructor(address: Uint8Array, readonly ifindex: number) {
+    if (address.length !== 4 && address.length !== 16) throw new Error(`bad local address: ${address.length} bytes`);
+    this.address = Uint8Array.from(address);
+  }
+
+  toString(): string {
+    return `${formatIp(this.address)}%${this.ifindex}`;
+  }
+}
 
 export class Endpoint {
   /** The address in canonical text form (IPv6 compressed, lowercase). */
@@ -11,13 +31,23 @@ export class Endpoint {
   /** The address as 4 or 16 bytes (used for cookies and rate limiting). */
   readonly addressBytes: Uint8Array;
   readonly family: IpFamily;
+  /**
+   * The local address to send from (see the file comment); undefined: the kernel picks one (a
+   * configured endpoint, a bind without that information, or a source that went away: the bind
+   * clears it when the kernel refuses to send from it, as when the address has been removed).
+   */
+  local: LocalSource | undefined;
 
-  constructor(host: string, port: number) {
+  constructor(host: string, port: number, local?: LocalSource) {
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`bad UDP port: ${port}`);
     this.addressBytes = parseIp(host);
     this.host = formatIp(this.addressBytes);
     this.family = this.addressBytes.length === 4 ? 4 : 6;
     this.port = port;
+    if (local !== undefined && local.address.length !== this.addressBytes.length) {
+      throw new Error(`local address ${local} is not of the family of ${host}`);
+    }
+    this.local = local;
   }
 
   /** Parses `1.2.3.4:51820` or `[fd00::1]:51820`; throws a descriptive error otherwise. */
@@ -42,7 +72,7 @@ export class Endpoint {
     }
   }
 
-  /** A key for maps: equal endpoints give equal keys. */
+  /** A key for maps: equal endpoints give equal keys (the local source does not count). */
   get key(): string { return this.toString(); }
 
   equals(other: Endpoint | undefined): boolean {

@@ -365,9 +365,18 @@ export class Peer implements TimerActions {
     this.host.outputs.handshakeCompleted?.(this);
   }
 
-  /** Roaming: an authenticated packet from a new address moves the endpoint there. */
+  /**
+   * Roaming: an authenticated packet from a new address moves the endpoint there. One from the
+   * same address that arrived on another of our local addresses (its sticky source, endpoint.ts)
+   * takes the endpoint's place too, so replies leave from that address; that is no roam.
+   */
   setEndpointFromPacket(source: Endpoint): void {
-    if (source.equals(this.endpoint)) return;
+    const current = this.endpoint;
+    if (source === current) return;
+    if (source.equals(current)) {
+      if (source.local !== current!.local) this.endpoint = source;
+      return;
+    }
     this.endpoint = source;
     this.roamCount++;
     this.host.outputs.endpointChanged?.(this, source);

@@ -40,8 +40,14 @@ export const SO_RCVBUFFORCE = 33;
 export const SO_MARK = 36;
 /** Each received datagram carries the socket's count of datagrams dropped so far (a full receive queue). */
 export const SO_RXQ_OVFL = 40;
+export const IPPROTO_IP = 0;
+/** IPv4: received datagrams carry a struct in_pktinfo (the local address and interface); on send, it picks the source. */
+export const IP_PKTINFO = 8;
 export const IPPROTO_IPV6 = 41;
 export const IPV6_V6ONLY = 26;
+/** IPv6: received datagrams carry a struct in6_pktinfo (cmsg type IPV6_PKTINFO); on send, IPV6_PKTINFO picks the source. */
+export const IPV6_RECVPKTINFO = 49;
+export const IPV6_PKTINFO = 50;
 export const SOL_UDP = 17;
 /** UDP generic segmentation offload: a uint16_t segment size, as a cmsg on sendmsg (or a socket option). */
 export const UDP_SEGMENT = 103;
@@ -77,6 +83,7 @@ export const EOPNOTSUPP = 95;
 export const EAFNOSUPPORT = 97;
 export const EADDRINUSE = 98;
 export const EADDRNOTAVAIL = 99;
+export const ENETUNREACH = 101;
 export const EBADFD = 77;
 /** errno values of a TUN read that mean the device has been detached (deleted) or the fd is unusable. */
 export const DEVICE_GONE_ERRNOS: ReadonlySet<number> = new Set([EBADFD, EIO, ENXIO, ENODEV, EBADF]);
