@@ -13,7 +13,8 @@
 # deploy/roamguard.yaml runs both containers from this image unprivileged: uid 0 (the host paths
 # and the host network's configuration belong to root) with every capability dropped but
 # NET_ADMIN, and a read-only root file system. Nothing here writes outside the mounted volumes at
-# run time but tsx's transpile cache, which goes to the temporary directory (an emptyDir on /tmp).
+# run time: the image runs the JavaScript compiled at build time (scripts/compile.mjs), so tsx
+# needs no transpile cache (it would go to the temporary directory, an emptyDir on /tmp).
 
 ARG NODE_IMAGE=node:20-bookworm-slim
 
@@ -27,6 +28,10 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY package.json package-lock.json ./
+# npm ci runs the `prepare` script (scripts/compile.mjs), which finds no sources yet and says so;
+# build-image-tree.sh compiles the image's sources below.
+COPY scripts/compile.mjs scripts/source-closure.mjs scripts/
+COPY bin/compiled.mjs bin/
 RUN npm ci --no-audit --no-fund
 # The whole checkout (.dockerignore leaves out node_modules, .git and results): the script picks
 # what the image needs.

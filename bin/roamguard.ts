@@ -28,6 +28,14 @@ async function help(): Promise<void> {
   console.log(lines.join('\n'));
 }
 
+/** What this process runs, as bin/launch.mjs chose it: the compiled JavaScript or the sources (and why). */
+async function runningFrom(): Promise<string> {
+  if (import.meta.url.endsWith('.js')) return 'compiled JavaScript';
+  const { staleReason } = await import('./compiled.mjs');
+  const why = staleReason(new URL('..', import.meta.url).pathname);
+  return `TypeScript sources${why ? `: ${why}; npm run build compiles them` : ''}`;
+}
+
 async function main(argv: string[]): Promise<number> {
   const [name, ...args] = argv;
   if (!name || name === '--help' || name === '-h' || name === 'help') {
@@ -36,7 +44,7 @@ async function main(argv: string[]): Promise<number> {
   }
   if (name === '--version' || name === 'version') {
     const pkg = await import('../package.json', { with: { type: 'json' } });
-    console.log(`roamguard ${pkg.default.version}`);
+    console.log(`roamguard ${pkg.default.version} (${await runningFrom()})`);
     return 0;
   }
   const load = commands[name];

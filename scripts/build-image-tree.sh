@@ -7,7 +7,8 @@
 #   scripts/build-image-tree.sh [--runtime node|bun] [--cni-dir DIR] DESTDIR
 #
 # The tree:
-#   DESTDIR/opt/roamguard/               the sources roamguard runs (TypeScript, run by tsx or Bun),
+#   DESTDIR/opt/roamguard/               the TypeScript sources and the JavaScript compiled from
+#                                        them (scripts/compile.mjs: what runs, on either runtime),
 #                                        package.json, package-lock.json, production node_modules
 #                                        (+ Bun's package with --runtime bun)
 #   DESTDIR/opt/roamguard/cni/bin/       the standard CNI plugins the conflist uses (loopback,
@@ -77,6 +78,11 @@ if [[ $runtime == bun ]]; then
   cp -a "$root/node_modules/.bin/bun" "$app/node_modules/.bin/bun"
   "$app/node_modules/.bin/bun" --version >/dev/null
 fi
+
+# The image runs JavaScript, compiled here from its own copy of the sources (with the esbuild
+# that tsx brings, a production dependency): no start transpiles, and the read-only root file
+# system needs no transpile cache.
+node "$root/scripts/compile.mjs" "$app" >/dev/null
 
 for p in "${plugins[@]}"; do install -m 0755 "$cni_dir/$p" "$app/cni/bin/$p"; done
 ln -s /opt/roamguard/bin/roamguard "$dest/usr/local/bin/roamguard"

@@ -28,6 +28,10 @@ export interface BenchOptions {
   /** Seconds per UDP probe, and the most probes per subject. */
   udpProbeSeconds: number;
   udpProbes: number;
+  /** Starts of each tunnel daemon alone, timed to its control socket's first answer, then idle RSS (0 = none). */
+  startups: number;
+  /** Idle milliseconds after each start before the RSS is read. */
+  startupIdleMs: number;
   /** Microbenchmarks (crypto, handshakes, allowed IPs, heap per peer) in child processes. */
   micro: boolean;
   /** The scale run (one daemon, `peers` peers, control socket timings, handshakes). */
@@ -52,7 +56,8 @@ export const MAX_UDP_SIZE = TUNNEL_MTU - 28;
 
 export const USAGE = `roamguard bench [--quick] [--only LIST] [--duration S] [--runs N] [--pings N] [--prime S]
                 [--streams N | --no-parallel] [--udp-size B] [--udp-probes N | --no-udp]
-                [--peers N] [--scale-rate N] [--no-scale] [--no-micro] [--reverse] [--out DIR | --no-save]
+                [--startups N] [--peers N] [--scale-rate N] [--no-scale] [--no-micro] [--reverse]
+                [--out DIR | --no-save]
 
 Builds two network namespaces joined by a veth pair and measures, one after the other on that
 same link: the raw link (the ceiling), roamguard under Node.js and Bun, upstream's newest
@@ -60,7 +65,8 @@ wireguard-go (../shared/anchors/wireguard-go-modern beside the checkout: the ref
 ratio) and Debian's (each tunnel runs the same implementation on both sides). Per subject: iperf3 TCP with one stream and
 with 4 parallel streams, A→B, median of N runs (Gbit/s, retransmits); a UDP sweep at a fixed
 datagram size for the highest rate with under 1 % loss (Mbit/s, packets/s); ping RTT median and
-p99; CPU seconds of both tunnel processes (all threads) per GB carried; peak RSS (VmHWM).
+p99; CPU seconds of both tunnel processes (all threads) per GB carried; peak RSS (VmHWM); and,
+from starts of one daemon alone, the time until its control socket answers and its idle RSS.
 Then microbenchmarks under Node and Bun in child processes (AEAD MB/s per crypto provider at
 64/512/1420 B, handshakes/s on one core, allowed-IPs lookups/s with 1, 1 000 and 100 000
 prefixes, heap per peer) and a scale run: one roamguard daemon with 1 000 peers (its RSS, the
@@ -70,7 +76,8 @@ throughput as bench/results/<date>-<host>.{json,md,svg}. Needs root; removes eve
 created afterwards, also on Ctrl-C. Full run: about 6 minutes on 2 cores; --quick: under 2.
 
   --quick          a short subset: ${QUICK_SUBJECTS.join(', ')}; one run of 3 s per TCP test;
-                   50 pings; UDP probes of 1 s, at most 5; shorter microbenchmarks (IPv4 only);
+                   50 pings; UDP probes of 1 s, at most 5; 2 starts per daemon, 1.5 s idle;
+                   shorter microbenchmarks (IPv4 only);
                    10 get=1 samples (explicit options still win)
   --only LIST      comma-separated subjects, in this order (default: ${SUBJECTS.filter((s) => s.byDefault).map((s) => s.id).join(',')})
                    known: ${SUBJECTS.map((s) => s.id).join(', ')}
@@ -84,6 +91,9 @@ created afterwards, also on Ctrl-C. Full run: about 6 minutes on 2 cores; --quic
   --udp-size B     UDP payload bytes per datagram, at most ${MAX_UDP_SIZE} (default 1200)
   --udp-probes N   most iperf3 UDP probes per subject (default 8, of 2 s each)
   --no-udp         skip the UDP sweep
+  --startups N     starts of each tunnel daemon alone in a namespace, timed from the spawn to the
+                   first complete answer of its control socket to get=1, then 2 s idle: its RSS
+                   (default 3; medians reported; 0 = none)
   --no-micro       skip the microbenchmarks
   --peers N        peers of the scale run (default 1000, at most ${MAX_SCALE_PEERS})
   --scale-rate N   initiations per second of the simulated peers (default 0: all at once)
@@ -96,10 +106,10 @@ export function parseBenchArgs(args: readonly string[]): BenchOptions {
   const opts: BenchOptions = {
     duration: 5, omit: 1, prime: 2, runs: 3, pings: 200, pingInterval: 0.01, reverse: false,
     parallel: true, streams: 4, udp: true, udpSize: 1200, udpProbeSeconds: 2, udpProbes: 8,
-    micro: true, scale: true, peers: 1000, scaleRate: 0, getSamples: 30, quick: false,
+    startups: 3, startupIdleMs: 2000, micro: true, scale: true, peers: 1000, scaleRate: 0, getSamples: 30, quick: false,
     subjects: SUBJECTS.filter((s) => s.byDefault).map((s) => s.id), outDir: DEFAULT_OUT_DIR,
   };
-  const explicit: Partial<Record<'duration' | 'runs' | 'pings' | 'udpProbes' | 'subjects', number | string[]>> = {};
+  const explicit: Partial<Record<'duration' | 'runs' | 'pings' | 'udpProbes' | 'startups' | 'subjects', number | string[]>> = {};
   const nonNegative = (text: string, name: string): number => {
     const n = Number(text);
     if (!Number.isInteger(n) || n < 0) throw new Error(`${name} needs a whole number ≥ 0, got ${JSON.stringify(text)}`);
@@ -135,6 +145,7 @@ export function parseBenchArgs(args: readonly string[]): BenchOptions {
       case '--runs': explicit.runs = positive(take(), name, true); break;
       case '--pings': explicit.pings = positive(take(), name, true); break;
       case '--prime': opts.prime = nonNegative(take(), name); break;
+      case '--startups': explicit.startups = atMost(nonNegative(take(), name), 20, name); break;
       case '--streams': opts.streams = atMost(positive(take(), name, true), 128, name); if (opts.streams < 2) throw new Error('--streams needs at least 2 (the one-stream test always runs)'); break;
       case '--udp-size': opts.udpSize = atMost(positive(take(), name, true), MAX_UDP_SIZE, name); break;
       case '--udp-probes': explicit.udpProbes = atMost(positive(take(), name, true), 30, name); break;
@@ -155,12 +166,14 @@ export function parseBenchArgs(args: readonly string[]): BenchOptions {
   if (opts.quick) {
     opts.duration = 3; opts.runs = 1; opts.pings = 50;
     opts.udpProbeSeconds = 1; opts.udpProbes = 5; opts.getSamples = 10;
+    opts.startups = 2; opts.startupIdleMs = 1500;
     opts.subjects = QUICK_SUBJECTS.filter((id) => SUBJECTS.some((s) => s.id === id));
   }
   if (explicit.duration !== undefined) opts.duration = explicit.duration as number;
   if (explicit.runs !== undefined) opts.runs = explicit.runs as number;
   if (explicit.pings !== undefined) opts.pings = explicit.pings as number;
   if (explicit.udpProbes !== undefined) opts.udpProbes = explicit.udpProbes as number;
+  if (explicit.startups !== undefined) opts.startups = explicit.startups as number;
   if (explicit.subjects !== undefined) opts.subjects = explicit.subjects as string[];
   return opts;
 }

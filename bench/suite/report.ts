@@ -203,6 +203,32 @@ export function renderScaleTable(results: BenchResults): string[] {
   return lines;
 }
 
+/**
+ * Start-up time and idle memory per subject (bench/suite/startup.ts): one daemon started alone,
+ * timed to its control socket's first answer, then its RSS idle; ratios against wireguard-go.
+ */
+export function renderStartupTable(results: BenchResults): string[] {
+  const measured = results.subjects.filter((s) => s.summary?.startupMs !== undefined);
+  if (measured.length === 0) return [];
+  const reference = referenceSubject(results.subjects)?.summary;
+  const o = results.meta.options;
+  const lines: string[] = [];
+  lines.push('### Start-up and idle memory', '');
+  lines.push(`One daemon started alone in a namespace (\`-f\`, unconfigured), ${o.startups ?? '?'} time${o.startups === 1 ? '' : 's'}: ` +
+    'ready = from the spawn to the first complete answer of its control socket to `get=1` (polled every 5 ms; what `wg` and wg-quick wait for); ' +
+    `idle RSS = its VmRSS ${(o.startupIdleMs ?? 2000) / 1000} s later, with its thread count. Medians of the starts.`, '');
+  lines.push(...markdownHead(['subject', 'ready ms', 'min–max', 'idle RSS MiB', 'threads', 'ready ÷ wg-go', 'idle RSS ÷ wg-go']));
+  for (const s of measured) {
+    const m = s.summary!;
+    lines.push(markdownRow([
+      s.label, num(m.startupMs, 0), `${num(m.startupMsMin, 0)}–${num(m.startupMsMax, 0)}`, mib(m.idleRssBytes, 1), num(m.idleThreads, 0),
+      ratio(m.startupMs, reference?.startupMs), ratio(m.idleRssBytes, reference?.idleRssBytes),
+    ]));
+  }
+  lines.push('');
+  return lines;
+}
+
 /** The Markdown report: a header with the conditions, the table, and notes. */
 export function renderMarkdown(results: BenchResults): string {
   const { meta, subjects } = results;
@@ -283,7 +309,7 @@ export function renderMarkdown(results: BenchResults): string {
     if (facts.length > 0) notes.push(`- ${s.label}: ${facts.join('; ')}`);
   }
   if (notes.length > 0) lines.push('', ...notes);
-  const extra = [...renderThroughputTable(results), ...renderMicroTables(results), ...renderScaleTable(results)];
+  const extra = [...renderThroughputTable(results), ...renderStartupTable(results), ...renderMicroTables(results), ...renderScaleTable(results)];
   if (extra.length > 0) lines.push('', ...(extra[extra.length - 1] === '' ? extra.slice(0, -1) : extra));
   return `${lines.join('\n')}\n`;
 }

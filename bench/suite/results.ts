@@ -1,6 +1,7 @@
 /** The shape of a benchmark run's results (the JSON file) and the figures derived per subject. */
 import type { MicroRuntimeResult } from './micro-types.ts';
 import type { ScaleResult } from './scale.ts';
+import type { StartupRecord } from './startup.ts';
 import type { SweepStop } from './sweep.ts';
 import type { IperfRun, PingResult, UdpProbe } from './tools.ts';
 
@@ -48,6 +49,8 @@ export interface SubjectResult {
   udp?: UdpSweepRecord;
   ping?: Omit<PingResult, 'rttsMs'> & { rttsMs: number[] };
   processes: ProcessRecord[];
+  /** Starts of one daemon alone: time until its control socket answers, idle RSS (bench/suite/startup.ts). */
+  startup?: StartupRecord;
   /** Goodput of the unrecorded priming transfer (cold start), Gbit/s. */
   primeGbps?: number;
   /**
@@ -97,6 +100,13 @@ export interface SubjectSummary {
   cpuPercent?: number;
   /** The larger VmHWM of the two tunnel processes. */
   peakRssBytes?: number;
+  /** Starts of one daemon alone: spawn to the control socket's first answer (median, min, max), ms. */
+  startupMs?: number;
+  startupMsMin?: number;
+  startupMsMax?: number;
+  /** Its VmRSS idle after the start, median, bytes; its threads then. */
+  idleRssBytes?: number;
+  idleThreads?: number;
   /** CPU seconds used by other processes during the runs, per second of run (0.5 = half a core). */
   foreignCpuLoad: number;
   /** TCP with `parallelStreams` streams: median, min, max Gbit/s and median retransmits of the runs. */
@@ -130,7 +140,7 @@ export interface BenchMeta {
   options: {
     duration: number; omit: number; prime: number; runs: number; pings: number; pingInterval: number; reverse: boolean; quick: boolean; subjects: string[];
     parallel?: boolean; streams?: number; udp?: boolean; udpSize?: number; udpProbeSeconds?: number; udpProbes?: number;
-    micro?: boolean; scale?: boolean; peers?: number; scaleRate?: number; getSamples?: number;
+    startups?: number; startupIdleMs?: number; micro?: boolean; scale?: boolean; peers?: number; scaleRate?: number; getSamples?: number;
   };
   topology: string;
   /** Other processes' CPU use measured for one second before the start, cores (0.5 = half a core). */

@@ -20,6 +20,7 @@ import type { BenchOptions } from './options.ts';
 import { estimateSecondsLeft, formatDuration } from './progress.ts';
 import type { BenchMeta, BenchResults, MicroSection, RunRecord, SubjectResult, SubjectSummary } from './results.ts';
 import { runScale, scaleSeconds } from './scale.ts';
+import { measureStartup } from './startup.ts';
 import { maximum, median, minimum } from './stats.ts';
 import { LISTEN_PORT, SUBJECTS, TUNNEL_MTU, bunBinary, startSubject, unavailableReason, type RunningSubject, type SubjectSpec } from './subjects.ts';
 import { sweepRate } from './sweep.ts';
@@ -32,7 +33,7 @@ export interface Step {
   /** What the step belongs to: a subject's label, `microbenchmarks` or `scale run`. */
   label: string;
   subject?: SubjectSpec;
-  kind: 'start' | 'prime' | 'ping' | 'iperf' | 'parallel' | 'udp' | 'micro' | 'scale';
+  kind: 'startup' | 'start' | 'prime' | 'ping' | 'iperf' | 'parallel' | 'udp' | 'micro' | 'scale';
   run?: number;
   reverse?: boolean;
   runtime?: 'node' | 'bun';
@@ -49,6 +50,9 @@ export function plan(specs: readonly SubjectSpec[], opts: BenchOptions, microRun
   const iperfSeconds = opts.duration + opts.omit + 0.7;
   for (const subject of specs) {
     const label = subject.label;
+    if (subject.kind !== 'raw' && opts.startups > 0) {
+      steps.push({ label, subject, kind: 'startup', seconds: opts.startups * (opts.startupIdleMs / 1000 + (subject.kind === 'roamguard' ? 1 : 0.3)) });
+    }
     steps.push({ label, subject, kind: 'start', seconds: subject.kind === 'raw' ? 0.1 : subject.kind === 'roamguard' ? 3 : 1.5 });
     if (subject.kind !== 'raw' && opts.prime > 0) steps.push({ label, subject, kind: 'prime', seconds: opts.prime + 0.7 });
     steps.push({ label, subject, kind: 'ping', seconds: opts.pings * opts.pingInterval + 0.3 });
@@ -157,6 +161,14 @@ export function summarize(result: SubjectResult, kind: string): SubjectSummary {
     summary.cpuPercent = wall > 0 ? (100 * cpu) / wall : Number.NaN;
   }
   if (result.processes.length > 0) summary.peakRssBytes = Math.max(...result.processes.map((p) => p.peakRssBytes));
+  const starts = result.startup?.samples ?? [];
+  if (starts.length > 0) {
+    summary.startupMs = median(starts.map((x) => x.readyMs));
+    summary.startupMsMin = minimum(starts.map((x) => x.readyMs));
+    summary.startupMsMax = maximum(starts.map((x) => x.readyMs));
+    summary.idleRssBytes = median(starts.map((x) => x.idleRssBytes));
+    summary.idleThreads = median(starts.map((x) => x.threads));
+  }
   const all = [...result.runs, ...(result.parallelRuns ?? [])];
   const wall = all.reduce((s, r) => s + r.wallSeconds, 0);
   summary.foreignCpuLoad = wall > 0 ? all.reduce((s, r) => s + r.foreignCpuSeconds, 0) / wall : 0;
@@ -277,6 +289,16 @@ async function measureSubject(spec: SubjectSpec, result: SubjectResult, ctx: Con
   const take = (kind: Step['kind']) => mine.filter((s) => s.kind === kind);
   const scope = new Scope();
   try {
+    for (const s of take('startup')) {
+      step(s, `${opts.startups} starts of one daemon alone: time until its control socket answers, RSS after ${opts.startupIdleMs / 1000} s idle`);
+      // Its own scope: every daemon of this step is stopped before the tunnel starts.
+      const startupScope = new Scope();
+      try {
+        result.startup = await measureStartup(startupScope, topo.a, spec, opts.startups, opts.startupIdleMs);
+      } finally {
+        await startupScope.cleanup();
+      }
+    }
     step(take('start')[0], spec.kind === 'raw' ? 'start' : 'starting both sides, configuring with wg, first handshake');
     // A server per subject: a run broken by a dead tunnel cannot leave it busy for the next one.
     await startIperfServer(scope, topo.b);
@@ -435,7 +457,7 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
       duration: opts.duration, omit: opts.omit, prime: opts.prime, runs: opts.runs, pings: opts.pings, pingInterval: opts.pingInterval,
       reverse: opts.reverse, quick: opts.quick, subjects: opts.subjects,
       parallel: opts.parallel, streams: opts.streams, udp: opts.udp, udpSize: opts.udpSize, udpProbeSeconds: opts.udpProbeSeconds, udpProbes: opts.udpProbes,
-      micro: opts.micro, scale: opts.scale, peers: opts.peers, scaleRate: opts.scaleRate, getSamples: opts.getSamples,
+      startups: opts.startups, startupIdleMs: opts.startupIdleMs, micro: opts.micro, scale: opts.scale, peers: opts.peers, scaleRate: opts.scaleRate, getSamples: opts.getSamples,
     },
     foreignLoadBefore,
     loadAverage,

@@ -37,21 +37,30 @@ export interface ProviderReport {
   failed: Partial<Record<PrimitiveName, string>>;
 }
 
-let reports: Promise<ProviderReport[]> | undefined;
+const reports = new Map<ProviderName, Promise<ProviderReport>>();
 
-/** Loads and self-tests every provider once per process. */
+/** Loads and self-tests one provider, once per process. */
+function providerReport(name: ProviderName): Promise<ProviderReport> {
+  let report = reports.get(name);
+  if (report === undefined) {
+    report = (async (): Promise<ProviderReport> => {
+      let loaded: Loaded;
+      try {
+        loaded = await LOADERS[name]();
+      } catch (err) {
+        loaded = { reason: describe(err) };
+      }
+      if (!loaded.provider) return { name, unavailable: loaded.reason ?? 'not available', failed: {} };
+      return { name, provider: loaded.provider, failed: selfTest(loaded.provider) };
+    })();
+    reports.set(name, report);
+  }
+  return report;
+}
+
+/** Loads and self-tests every provider once per process (the selftest command and the tests list them all). */
 export function providerReports(): Promise<ProviderReport[]> {
-  reports ??= Promise.all(PROVIDER_NAMES.map(async (name): Promise<ProviderReport> => {
-    let loaded: Loaded;
-    try {
-      loaded = await LOADERS[name]();
-    } catch (err) {
-      loaded = { reason: describe(err) };
-    }
-    if (!loaded.provider) return { name, unavailable: loaded.reason ?? 'not available', failed: {} };
-    return { name, provider: loaded.provider, failed: selfTest(loaded.provider) };
-  }));
-  return reports;
+  return Promise.all(PROVIDER_NAMES.map(providerReport));
 }
 
 /**
@@ -136,38 +145,51 @@ function orderFor(group: PrimitiveName, opts: SelectOptions): ProviderName[] {
   return order;
 }
 
+/** Reads ROAMGUARD_CRYPTO into the options (it forces `only` when the caller did not) and checks the names. */
+function effectiveOptions(opts: SelectOptions): SelectOptions {
+  const env = process.env.ROAMGUARD_CRYPTO?.trim();
+  const options: SelectOptions = opts.only === undefined && env && env !== 'auto' ? { ...opts, only: env } : opts;
+  for (const name of options.prefer ?? []) checkName(name, 'prefer'); // reject typos even when forced
+  return options;
+}
+
+async function checkForced(options: SelectOptions): Promise<void> {
+  if (options.only === undefined) return;
+  const forced = await providerReport(checkName(options.only, 'ROAMGUARD_CRYPTO / only'));
+  if (!forced.provider) throw new Error(`crypto provider "${options.only}" was forced but is unavailable: ${forced.unavailable ?? 'unknown'}`);
+}
+
+/**
+ * The first provider in `group`'s order that offers it and passed its self-test. Only the
+ * providers a group reaches in its order are loaded: each costs start-up time and memory in
+ * every thread that selects (sodium-wasm's WebAssembly heap is the largest), and the first
+ * working one makes those after it irrelevant.
+ */
+async function chooseProvider(group: PrimitiveName, options: SelectOptions): Promise<CryptoProvider> {
+  const tried: string[] = [];
+  for (const name of orderFor(group, options)) {
+    const r = await providerReport(name);
+    if (!r.provider) { tried.push(`${name}: unavailable (${r.unavailable})`); continue; }
+    if (!r.provider[group]) { tried.push(`${name}: does not offer ${group}`); continue; }
+    if (r.failed[group]) { tried.push(`${name}: self-test failed (${r.failed[group]})`); continue; }
+    return r.provider;
+  }
+  throw new Error(`no working implementation of ${group}: ${tried.join('; ')}`);
+}
+
 /**
  * Composes the fastest self-tested implementation of every primitive group into one Crypto.
  * Throws (with the reasons collected) only when some group has no working implementation at all,
  * or when a forced provider is unavailable.
  */
 export async function selectCrypto(opts: SelectOptions = {}): Promise<Crypto> {
-  const env = process.env.ROAMGUARD_CRYPTO?.trim();
-  const options: SelectOptions = opts.only === undefined && env && env !== 'auto' ? { ...opts, only: env } : opts;
-  for (const name of options.prefer ?? []) checkName(name, 'prefer'); // reject typos even when forced
-  const all = await providerReports();
-  const byName = new Map(all.map((r) => [r.name, r] as const));
-
-  if (options.only !== undefined) {
-    const forced = byName.get(checkName(options.only, 'ROAMGUARD_CRYPTO / only'));
-    if (!forced?.provider) throw new Error(`crypto provider "${options.only}" was forced but is unavailable: ${forced?.unavailable ?? 'unknown'}`);
-  }
-
+  const options = effectiveOptions(opts);
+  await checkForced(options);
   const chosen = {} as Record<PrimitiveName, CryptoProvider>;
-  for (const group of GROUPS) {
-    const tried: string[] = [];
-    for (const name of orderFor(group, options)) {
-      const r = byName.get(name)!;
-      if (!r.provider) { tried.push(`${name}: unavailable (${r.unavailable})`); continue; }
-      if (!r.provider[group]) { tried.push(`${name}: does not offer ${group}`); continue; }
-      if (r.failed[group]) { tried.push(`${name}: self-test failed (${r.failed[group]})`); continue; }
-      chosen[group] = r.provider;
-      break;
-    }
-    if (!chosen[group]) throw new Error(`no working implementation of ${group}: ${tried.join('; ')}`);
-  }
+  for (const group of GROUPS) chosen[group] = await chooseProvider(group, options);
 
-  const portableMac = byName.get('portable')?.provider?.hashes?.mac;
+  // (node-crypto.ts imports portable.ts already: this loads nothing new.)
+  const portableMac = (await import('./portable.ts')).portableProvider.hashes?.mac;
   const hashes = chosen.hashes.hashes!;
   // A hashes group may be assembled from two providers (node:crypto borrows portable's MAC);
   // recognise that by function identity so the reported name tells the truth.
@@ -182,6 +204,18 @@ export async function selectCrypto(opts: SelectOptions = {}): Promise<Crypto> {
     hashes: hashesName,
     random: chosen.random.name,
   });
+}
+
+/**
+ * The AEAD alone, chosen as selectCrypto chooses it (same order, same forcing): what a crypto
+ * worker needs to seal and open batches. A worker thread then loads one provider, not three.
+ */
+export async function selectAead(opts: SelectOptions = {}): Promise<Aead & { readonly provider: string }> {
+  const options = effectiveOptions(opts);
+  await checkForced(options);
+  const chosen = await chooseProvider('aead', options);
+  const aead = chosen.aead!;
+  return Object.freeze({ seal: aead.seal.bind(aead), open: aead.open.bind(aead), provider: chosen.name });
 }
 
 /**

@@ -151,16 +151,20 @@ export class Device {
     this.bind.onBacklog?.((pending, capacity) => this.core.reportReceiveBacklog(pending, capacity));
   }
 
-  /** Opens the UDP port (0 = any), starts reading the TUN and running timers. */
+  /**
+   * Opens the UDP port (0 = any), starts reading the TUN and running timers; resolves once every
+   * thread runs: the crypto workers (started by the constructor), the UDP reader and the TUN
+   * reader boot at the same time, so start-up costs the slowest of them, not their sum. A packet
+   * that arrives meanwhile waits in the pool's ring for its worker (the pool takes tasks while
+   * its workers load), and the daemon reports ready only once all of them run.
+   */
   async start(listenPort = 0): Promise<void> {
-    await this.pool?.ready; // packets must not wait for crypto workers that are still loading
     await this.bind.open(listenPort);
-    await this.bind.ready?.();
     const outbound = this.outbound;
     this.tun.start(outbound
       ? (packets, count) => outbound.handle(packets, count)
       : (packets, count) => { for (let i = 0; i < count; i++) this.core.sendPacket(packets[i]); });
-    await this.tun.ready?.(); // the daemon reports ready only once packets are really read
+    await Promise.all([this.pool?.ready, this.bind.ready?.(), this.tun.ready?.()]);
     this.ticker = setInterval(() => this.core.tick(), TICK_INTERVAL_MS);
     this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, crypto threads ${this.pool?.threads ?? 0}`);
   }

@@ -4,11 +4,12 @@
  * picks its crypto provider the same way the main thread does, then never returns to its event
  * loop: it parks in Atomics.wait when it has nothing to do, and reads batch registrations from
  * its MessagePort synchronously (receiveMessageOnPort) when a task names a batch it does not know
- * yet. Runs under Node (started through a tsx trampoline, see crypto-pool.ts) and Bun alike.
+ * yet. It loads only the AEAD provider (selectAead), chosen as the main thread chooses it.
+ * Runs under Node and Bun alike (see sys/threads.ts for how it is started).
  */
 import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
-import { selectCrypto } from '../crypto/select.ts';
-import type { Crypto } from '../crypto/primitives.ts';
+import { selectAead } from '../crypto/select.ts';
+import type { Aead } from '../crypto/primitives.ts';
 import { openBatch, sealBatch, type BatchView } from './batch-crypto.ts';
 import {
   CONTROL_INTS, COMPLETED, DONE, MAIN_WAITING, OP_SEAL, STATE, STATE_FAILED, STATE_READY, STATE_STOP, STATE_STOPPED, SUBMITTED, TASK_BYTES,
@@ -16,7 +17,7 @@ import {
   type BatchRegistration, type BatchRelease, type CryptoWorkerConfig,
 } from './task-ring.ts';
 
-export function runCryptoWorker(crypto: Crypto, config: CryptoWorkerConfig): void {
+export function runCryptoWorker(crypto: Aead, config: CryptoWorkerConfig): void {
   const control = new Int32Array(config.control);
   const shared = new Int32Array(config.shared);
   const tasks32 = new Int32Array(config.tasks);
@@ -102,9 +103,9 @@ export function runCryptoWorker(crypto: Crypto, config: CryptoWorkerConfig): voi
 
 const config = workerData as CryptoWorkerConfig | undefined;
 if (config && config.control instanceof SharedArrayBuffer && config.tasks instanceof SharedArrayBuffer) {
-  let crypto: Crypto | undefined;
+  let crypto: Aead | undefined;
   try {
-    crypto = await selectCrypto();
+    crypto = await selectAead();
   } catch {
     const control = new Int32Array(config.control);
     Atomics.store(control, STATE, STATE_FAILED);

@@ -17,7 +17,8 @@ export class PiscinaCryptoPool implements CryptoPool {
   constructor(readonly threads: number = availableParallelism()) {
     if (!Number.isInteger(threads) || threads < 1) throw new Error(`crypto worker threads must be >= 1, got ${threads}`);
     this.piscina = new Piscina({
-      filename: new URL('./piscina-worker-entry.mjs', import.meta.url).href,
+      // Compiled, the worker module loads as it is; from the sources, an entry that registers tsx first.
+      filename: new URL(import.meta.url.endsWith('.js') ? './piscina-worker.js' : './piscina-worker-entry.mjs', import.meta.url).href,
       minThreads: threads,
       maxThreads: threads,
       idleTimeout: Infinity,

@@ -5,7 +5,7 @@
  * - the tree holds the production dependencies only (plus Bun's package for the Bun image), the
  *   four CNI plugins, and no tests;
  * - `roamguard agent --help` runs from it under Node.js and (Bun tree) under Bun, and
- *   `roamguard --help` loads every command;
+ *   `roamguard --help` loads every command; both runtimes run the compiled JavaScript;
  * - the bundled CNI plugins install into an empty plugin directory and run;
  * - the data plane runs from it: `roamguard wg -f IFNAME` in a namespace, configured with `wg`.
  */
@@ -54,6 +54,11 @@ describe('the image tree (scripts/build-image-tree.sh)', { timeout: 180_000 }, (
       const agentHelp = await run(join(app, 'bin/roamguard'), ['--runtime', runtime, 'agent', '--help'], { env, cwd: '/', timeoutMs: 30_000 });
       assert.match(agentHelp.stdout, /^usage: roamguard agent \[--cleanup\]/);
       for (const name of Object.keys(SETTINGS)) assert.ok(agentHelp.stdout.includes(`| \`${name}\` |`), `${runtime}: ${name} in the help`);
+    }
+    // The tree runs the JavaScript compiled by build-image-tree.sh, on both runtimes.
+    for (const [app, runtime] of [[nodeApp, 'node'], [bunApp, 'bun']] as const) {
+      const version = await run(join(app, 'bin/roamguard'), ['--runtime', runtime, '--version'], { env, cwd: '/', timeoutMs: 30_000 });
+      assert.match(version.stdout, /^roamguard \S+ \(compiled JavaScript\)$/m, `${runtime}: ${version.stdout}`);
     }
     // Every command loads from the tree (the help reads each one's summary).
     const help = await run(join(nodeApp, 'bin/roamguard'), ['--help'], { env, cwd: '/', timeoutMs: 30_000 });

@@ -8,8 +8,9 @@ import assert from 'node:assert/strict';
 import { parseBenchArgs, QUICK_SUBJECTS } from '../../bench/suite/options.ts';
 import { estimateSecondsLeft, formatDuration } from '../../bench/suite/progress.ts';
 import {
-  formatCount, formatRatio, ratio, renderMarkdown, renderMicroTables, renderScaleTable, renderThroughputTable, referenceSubject, throughputRows,
+  formatCount, formatRatio, ratio, renderMarkdown, renderMicroTables, renderScaleTable, renderStartupTable, renderThroughputTable, referenceSubject, throughputRows,
 } from '../../bench/suite/report.ts';
+import { summarize } from '../../bench/suite/runner.ts';
 import type { MicroRuntimeResult } from '../../bench/suite/micro-types.ts';
 import type { ScaleResult } from '../../bench/suite/scale.ts';
 import { scaleSourceAddress } from '../../bench/suite/scale.ts';
@@ -90,6 +91,40 @@ describe('throughput rows and ratios', () => {
     const main = md.indexOf('| subject | Gbit/s |');
     const throughput = md.indexOf('### Throughput');
     assert.ok(main >= 0 && throughput > main);
+  });
+});
+
+describe('start-up and idle memory', () => {
+  test('summarize takes the medians (and range) of the starts', () => {
+    const r = subject('node', 'roamguard node', 'roamguard', undefined, {
+      startup: {
+        idleMs: 2000,
+        samples: [
+          { readyMs: 300, idleRssBytes: 100 * 2 ** 20, threads: 15 },
+          { readyMs: 900, idleRssBytes: 96 * 2 ** 20, threads: 15 },
+          { readyMs: 320, idleRssBytes: 98 * 2 ** 20, threads: 14 },
+        ],
+      },
+    });
+    const m = summarize(r, 'roamguard');
+    assert.deepEqual([m.startupMs, m.startupMsMin, m.startupMsMax, m.idleRssBytes, m.idleThreads], [320, 300, 900, 98 * 2 ** 20, 15]);
+    assert.equal(summarize(subject('raw', 'raw', 'raw', undefined), 'raw').startupMs, undefined, 'no starts, no figure');
+  });
+
+  test('the table: every measured subject with its ratios against wireguard-go', () => {
+    const results = sampleResults();
+    results.meta.options.startups = 3;
+    results.meta.options.startupIdleMs = 2000;
+    const set = (id: string, startupMs: number, idleMiB: number) => Object.assign(results.subjects.find((s) => s.id === id)!.summary!, { startupMs, startupMsMin: startupMs - 5, startupMsMax: startupMs + 5, idleRssBytes: idleMiB * 2 ** 20, idleThreads: 9 });
+    set('node', 400, 98);
+    set('wireguard-go', 20, 14);
+    const lines = renderStartupTable(results);
+    assert.equal(lines[0], '### Start-up and idle memory');
+    assert.deepEqual(row(lines, 'roamguard node'), ['roamguard node', '400', '395–405', '98.0', '9', '20.00×', '7.00×']);
+    assert.deepEqual(row(lines, 'wireguard-go'), ['wireguard-go', '20', '15–25', '14.0', '9', '1.00×', '1.00×']);
+    assert.ok(!lines.some((l) => l.startsWith('| roamguard bun |')), 'a subject without starts has no row');
+    assert.ok(renderMarkdown(results).includes('### Start-up and idle memory'), 'part of the report');
+    assert.deepEqual(renderStartupTable(sampleResults()), [], 'no starts measured: no table');
   });
 });
 
@@ -263,6 +298,9 @@ describe('bench options', () => {
     assert.equal(o.scale, true);
     assert.equal(o.peers, 1000);
     assert.equal(o.udpProbes, 8);
+    assert.deepEqual([o.startups, o.startupIdleMs], [3, 2000]);
+    assert.deepEqual([parseBenchArgs(['--quick']).startups, parseBenchArgs(['--quick', '--startups', '0']).startups], [2, 0]);
+    assert.throws(() => parseBenchArgs(['--startups', '-1']), /whole number/);
   });
 
   test('--quick: the short subset; explicit options still win', () => {
