@@ -26,6 +26,7 @@ import { applySetRequest, takeSnapshot, type UapiHost } from '../../dataplane/ua
 import type { DeviceSnapshot, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
 import type { AgentLogger } from '../../control/log.ts';
 import { makeCorePair, type CorePair } from '../helpers/core-pair.ts';
+import { renderRotations, rotationPassed, type RotationResult } from '../../lab/key-rotation-scenario.ts';
 
 let crypto: Crypto;
 before(async () => { crypto = await selectCrypto(); });
@@ -309,6 +310,24 @@ describe('a rotation on two WireGuard cores', () => {
   test('the private key handed over is the one the file holds (base64 round trip)', () => {
     const next = newPrivateKey();
     assert.deepEqual(keyFromBase64(keyToBase64(next)), next);
+  });
+});
+
+describe('the demo\'s key-rotation report', () => {
+  const rotation = (lost: number, switched = true): RotationResult => ({
+    node: 'o1', from: 'AAAAAAAAxxxx', to: 'BBBBBBBByyyy', switchedInS: 0.4,
+    peers: [{ peer: 'c1', transmitted: 400, lost, longestSilenceMs: lost * 20 + 20, switched }, { peer: 'h1', transmitted: 400, lost: 0, longestSilenceMs: 30, switched: true }],
+  });
+  test('one row per peer with the pings lost and the longest silence; passes only within one second and with every peer switched', () => {
+    const text = renderRotations([rotation(3)]);
+    assert.match(text, /^o1 +AAAAAAAA → BBBBBBBB +c1 +3 of 400 +60 ms +80 ms +yes$/m);
+    assert.match(text, /^ +h1 +0 of 400 +0 ms +30 ms +yes$/m);
+    assert.match(text, /at most 3 pings \(60 ms\) lost per peer and rotation/);
+    assert.equal(rotationPassed(rotation(50)), false, 'a silence past one second fails');
+    assert.equal(rotationPassed(rotation(40)), true);
+    assert.equal(rotationPassed(rotation(0, false)), false, 'a peer that did not switch fails');
+    assert.equal(rotationPassed({ ...rotation(0), error: 'no data plane' }), false);
+    assert.match(renderRotations([rotation(0, false)]), /did not switch/);
   });
 });
 
