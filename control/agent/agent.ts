@@ -107,6 +107,8 @@ export class Agent implements AgentStatusSource {
   private fileWatch: PodCidrFileWatch | undefined;
   private keyFileWatch: { close(): void } | undefined;
   private readonly keyFileReported = new Set<string>();
+  /** The public key of a rotation not yet published (see followKeyFile). */
+  private pendingPublicKey: string | undefined;
   private local: LocalView = { podCidrs: [], addresses: [], interfaceAddresses: [] };
   private published = '';
   private publishedDiscovered: string | undefined;
@@ -339,7 +341,8 @@ export class Agent implements AgentStatusSource {
     }
     if (annotationDrift(this.written, cached).length === 0) return;
     const fresh = await readNode(this.kc, name) as NodeObject;
-    const drift = annotationDrift(this.written, fresh.metadata?.annotations);
+    const drift = annotationDrift(this.written, fresh.metadata?.annotations)
+      .filter((d) => !(d.field === ANNOTATION.publicKey && d.found !== null && d.found === this.pendingPublicKey));
     if (drift.length === 0) return;
     const shown = (v: string | null) => (v === null ? '(absent)' : v.length > 120 ? `${v.slice(0, 120)}…` : v);
     for (const d of drift) {
@@ -371,6 +374,7 @@ export class Agent implements AgentStatusSource {
     const switched = await followKeyFile({
       path: s.privateKeyPath, intervalS: s.keyRotationInterval, inUse: this.privateKey!, publicKeyOf: (k) => crypto.publicKey(k),
       publish: (publicKey) => this.publish(publicKey), dataplane: this.uapi!, log: this.log, reported: this.keyFileReported,
+      onPublishPending: (publicKey) => { this.pendingPublicKey = publicKey; },
     });
     if (!switched) return;
     this.privateKey!.fill(0);

@@ -117,6 +117,11 @@ export interface KeyFollowDeps {
   log: AgentLogger;
   /** Problems already reported (each once while it lasts). */
   reported: Set<string>;
+  /**
+   * Told the public key of a rotation whose publish failed. A patch that timed out may still have
+   * been applied, so the Node showing that key is no tampering to undo.
+   */
+  onPublishPending?: (publicKey: string | undefined) => void;
   nowMs?: number;
 }
 
@@ -175,12 +180,14 @@ export async function followKeyFile(deps: KeyFollowDeps): Promise<KeySwitch | un
     await deps.publish(publicKey);
   } catch (err) {
     privateKey.fill(0);
+    deps.onPublishPending?.(publicKey);
     once(`publish\n${publicKey}`, () => log.warn('the key file holds a rotated key, but it cannot be published yet; this node keeps its current key (and its traffic) until the API server takes it', {
       from: previousPublicKey.slice(0, 8), to: publicKey.slice(0, 8), error: (err as Error).message,
     }));
     return undefined;
   }
   deps.reported.delete(`publish\n${publicKey}`);
+  deps.onPublishPending?.(undefined);
   try {
     await deps.dataplane.set({ privateKey, replacePeers: false, peers: [] });
     const kick = kickRequest((await deps.dataplane.get()).peers);
