@@ -15,6 +15,7 @@ const commands: Record<string, () => Promise<Command>> = {
   demo: async () => (await import('./commands/demo.ts')).demo,
   status: async () => (await import('./commands/status.ts')).status,
   health: async () => (await import('./commands/health.ts')).health,
+  'rotate-key': async () => (await import('./commands/rotate-key.ts')).rotateKey,
   genkey: async () => (await import('./commands/genkey.ts')).genkey,
   pubkey: async () => (await import('./commands/genkey.ts')).pubkey,
   selftest: async () => (await import('./commands/selftest.ts')).selftest,

@@ -144,7 +144,18 @@ export async function takeSnapshot(world: World, pods: ReadonlyMap<string, Pod>)
   return { nodes, peers: peers.sort((a, b) => a.from.localeCompare(b.from) || a.to.localeCompare(b.to)), matrix, allGreen, takenAt: new Date() };
 }
 
+/**
+ * Scenarios (`--scenario NAME`): run once the matrix is first all green, each in its own file;
+ * the demo then shows the table again and the scenario's report, and `--once` exits 0 only when
+ * the scenario passed and the matrix is green again.
+ */
+export const DEMO_SCENARIOS: Record<string, () => Promise<(world: World, pods: ReadonlyMap<string, Pod>, step: (what: string) => void) => Promise<{ ok: boolean; report: string }>>> = {
+  'key-rotation': async () => (await import('./key-rotation-scenario.ts')).runKeyRotationScenario,
+};
+
 export interface DemoOptions {
+  /** A name from DEMO_SCENARIOS. */
+  scenario?: string;
   once: boolean;
   refreshS: number;
   /** --once: how long to wait for an all-green matrix before giving up. */
@@ -207,19 +218,30 @@ export async function runDemo(options: DemoOptions): Promise<number> {
       step(`pod on ${node.name}: ${pod.ipv4}, ${pod.ipv6} (CNI: ptp + host-local)`);
     }
     step('waiting for handshakes (NAT\'d nodes connect out; mappings are then shared)…');
-    const deadline = Date.now() + options.settleTimeoutS * 1000;
+    let deadline = Date.now() + options.settleTimeoutS * 1000;
+    let scenario = options.scenario === undefined ? undefined : await DEMO_SCENARIOS[options.scenario]();
+    let scenarioResult: { ok: boolean; report: string } | undefined;
     for (;;) {
-      const snapshot = await takeSnapshot(world, pods);
+      let snapshot = await takeSnapshot(world, pods);
       if (stopping) return 130;
+      if (scenario && snapshot.allGreen) {
+        step(`all green: running the ${options.scenario} scenario`);
+        scenarioResult = await scenario(world, pods, step);
+        scenario = undefined;
+        // The mesh gets its own settle time again after the scenario.
+        deadline = Math.max(deadline, Date.now() + 60_000);
+        snapshot = await takeSnapshot(world, pods);
+      }
+      const report = scenarioResult ? `\n\n${scenarioResult.report}` : '';
       if (options.once) {
-        if (snapshot.allGreen || Date.now() >= deadline) {
-          options.write(`${renderDemo(snapshot, options.color)}\n`);
-          return snapshot.allGreen ? 0 : 1;
+        if ((snapshot.allGreen && !scenario) || Date.now() >= deadline) {
+          options.write(`${renderDemo(snapshot, options.color)}${report}\n`);
+          return snapshot.allGreen && !scenario && (scenarioResult?.ok ?? true) ? 0 : 1;
         }
         await sleep(2000);
         continue;
       }
-      options.write(`${options.clearScreen ? '\x1b[2J\x1b[H' : '\n'}${renderDemo(snapshot, options.color)}\n\nrefreshing every ${options.refreshS}s — Ctrl-C tears everything down\n`);
+      options.write(`${options.clearScreen ? '\x1b[2J\x1b[H' : '\n'}${renderDemo(snapshot, options.color)}${report}\n\nrefreshing every ${options.refreshS}s — Ctrl-C tears everything down\n`);
       await sleep(options.refreshS * 1000);
       if (stopping) return 0;
     }

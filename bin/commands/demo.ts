@@ -6,7 +6,7 @@ import type { Command } from '../roamguard.ts';
 
 export const demo: Command = {
   summary: 'build a small NAT\'d cluster in namespaces on this machine and show the mesh live (root)',
-  usage: `roamguard demo [--once] [--refresh SECONDS] [--timeout SECONDS]
+  usage: `roamguard demo [--once] [--refresh SECONDS] [--timeout SECONDS] [--scenario NAME]
 
 Builds, in network namespaces on this machine: an embedded Kubernetes-API-compatible server,
 two cloud nodes, an office NAT router with two nodes behind one public address, a home NAT
@@ -17,9 +17,12 @@ reachability matrix, refreshed until Ctrl-C, which removes everything.
   --once           print the table once the matrix is all green (or the timeout passes) and exit:
                    0 when every pod reaches every pod over IPv4 and IPv6, 1 otherwise
   --refresh S      seconds between refreshes (default 5)
-  --timeout S      with --once, how long to wait for an all-green matrix (default 150)`,
+  --timeout S      with --once, how long to wait for an all-green matrix (default 150)
+  --scenario NAME  once the matrix is all green, run a scenario and report it:
+                   key-rotation = rotate every node's key once under 50 pings/s (pings lost)`,
   async run(args) {
     let once = false, refreshS = 5, settleTimeoutS = 150;
+    let scenario: string | undefined;
     for (let i = 0; i < args.length; i++) {
       const arg = args[i];
       const number = (name: string) => {
@@ -31,6 +34,11 @@ reachability matrix, refreshed until Ctrl-C, which removes everything.
         if (arg === '--once') once = true;
         else if (arg === '--refresh') refreshS = number(arg);
         else if (arg === '--timeout') settleTimeoutS = number(arg);
+        else if (arg === '--scenario') {
+          scenario = args[++i];
+          const { DEMO_SCENARIOS } = await import('../../lab/demo.ts');
+          if (!scenario || !(scenario in DEMO_SCENARIOS)) throw new Error(`--scenario needs one of: ${Object.keys(DEMO_SCENARIOS).join(', ')}`);
+        }
         else throw new Error(`unknown argument ${arg} (see roamguard demo --help)`);
       } catch (err) {
         console.error(`roamguard demo: ${(err as Error).message}`);
@@ -39,6 +47,6 @@ reachability matrix, refreshed until Ctrl-C, which removes everything.
     }
     const { runDemo } = await import('../../lab/demo.ts');
     const tty = process.stdout.isTTY === true;
-    return runDemo({ once, refreshS, settleTimeoutS, write: (t) => process.stdout.write(t), color: tty, clearScreen: tty });
+    return runDemo({ scenario, once, refreshS, settleTimeoutS, write: (t) => process.stdout.write(t), color: tty, clearScreen: tty });
   },
 };

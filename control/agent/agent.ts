@@ -27,6 +27,7 @@ import { judgeReachability, type ReachabilityMemory } from './reachability.ts';
 import { observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
 import { annotationDrift, forceEndpointChange, ownAnnotations, restorePatch, type AnnotationPatch } from './own-annotations.ts';
 import { newOnes, type Once } from './once.ts';
+import { followKeyFile, rotationPendingAtStart, watchKeyFile } from './key-rotation.ts';
 import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
 import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import { renderConflist, writeConflistAtomically } from '../host/cni-config.ts';
@@ -85,6 +86,8 @@ export class Agent implements AgentStatusSource {
   routeConflicts = 0;
   /** Annotations of this Node put back after someone else changed them. */
   annotationsRestored = 0;
+  /** Key rotations this agent completed (published and switched). */
+  keyRotations = 0;
   get nodeName(): string { return this.settings.nodeName; }
   get informer(): NodeWatcher | undefined { return this.watcher; }
   get dataplane(): UapiClient | undefined { return this.uapi; }
@@ -102,6 +105,10 @@ export class Agent implements AgentStatusSource {
   private readonly memory: ReconcileMemory = newReconcileMemory();
   private watcher: NodeWatcher | undefined;
   private fileWatch: PodCidrFileWatch | undefined;
+  private keyFileWatch: { close(): void } | undefined;
+  private readonly keyFileReported = new Set<string>();
+  /** The public key of a rotation not yet published (see followKeyFile). */
+  private pendingPublicKey: string | undefined;
   private local: LocalView = { podCidrs: [], addresses: [], interfaceAddresses: [] };
   private published = '';
   private publishedDiscovered: string | undefined;
@@ -145,9 +152,12 @@ export class Agent implements AgentStatusSource {
       this.publicKey = keyToBase64(crypto.publicKey(key.privateKey));
       this.log.info(key.created ? 'created a new private key' : 'loaded the private key', { path: s.privateKeyPath, key: shortKey(crypto.publicKey(key.privateKey)) });
       this.uapi = UapiClient.forInterface(s.socketDir, s.interfaceName);
+      // A rotation replaces the file (rotate-key, KEY_ROTATION_INTERVAL): follow it at once.
+      this.keyFileWatch = watchKeyFile(s.privateKeyPath, () => this.schedule(false));
     }
     const own = await this.readOwnNodeWithRetry();
     this.warnOnReplacedKey(own);
+    if (!s.firewallOnly) await this.keepRunningKeyWhileRotationPending(own);
     this.local = await this.computeLocal(own);
     if (!s.firewallOnly) {
       await this.setUpTunnel();
@@ -178,6 +188,7 @@ export class Agent implements AgentStatusSource {
     clearInterval(this.resyncTimer);
     clearInterval(this.discoveryTimer);
     this.fileWatch?.close();
+    this.keyFileWatch?.close();
     await this.watcher?.stop();
     await this.running;
   }
@@ -283,17 +294,33 @@ export class Agent implements AgentStatusSource {
     });
   }
 
-  private async publish(): Promise<void> {
+  /** See rotationPendingAtStart (key-rotation.ts): the first pass publishes the file's key, then switches. */
+  private async keepRunningKeyWhileRotationPending(own: NodeObject): Promise<void> {
+    const held = (await this.uapi!.get().catch(() => undefined))?.privateKey;
+    if (!held || held.every((b) => b === 0)) return;
+    const crypto = await selectCrypto();
+    const heldPublic = keyToBase64(crypto.publicKey(held));
+    if (!rotationPendingAtStart(this.publicKey, heldPublic, own.metadata?.annotations?.[ANNOTATION.publicKey])) {
+      held.fill(0);
+      return;
+    }
+    this.log.info('the key file holds a rotated key that this Node does not publish yet: keeping the running key until the new one is published', { running: heldPublic.slice(0, 8), file: this.publicKey.slice(0, 8) });
+    this.privateKey!.fill(0);
+    this.privateKey = held;
+    this.publicKey = heldPublic;
+  }
+
+  private async publish(publicKey = this.publicKey): Promise<void> {
     const s = this.settings;
     const annotations = ownAnnotations({
-      publicKey: this.publicKey, listenPort: s.listenPort, podCidrs: this.local.podCidrs, nodeIps: this.local.interfaceAddresses, firewallOnly: s.firewallOnly,
+      publicKey, listenPort: s.listenPort, podCidrs: this.local.podCidrs, nodeIps: this.local.interfaceAddresses, firewallOnly: s.firewallOnly,
     });
     const text = JSON.stringify(annotations);
     if (text === this.published) return;
     await patchNodeAnnotations(this.kc, s.nodeName, annotations);
     this.published = text;
     this.written = { ...this.written, ...annotations };
-    this.log.info('published this node\'s annotations', { node: s.nodeName, key: this.publicKey ? this.publicKey.slice(0, 8) : undefined, podCidrs: this.local.podCidrs });
+    this.log.info('published this node\'s annotations', { node: s.nodeName, key: publicKey ? publicKey.slice(0, 8) : undefined, podCidrs: this.local.podCidrs });
   }
 
   /**
@@ -314,7 +341,8 @@ export class Agent implements AgentStatusSource {
     }
     if (annotationDrift(this.written, cached).length === 0) return;
     const fresh = await readNode(this.kc, name) as NodeObject;
-    const drift = annotationDrift(this.written, fresh.metadata?.annotations);
+    const drift = annotationDrift(this.written, fresh.metadata?.annotations)
+      .filter((d) => !(d.field === ANNOTATION.publicKey && d.found !== null && d.found === this.pendingPublicKey));
     if (drift.length === 0) return;
     const shown = (v: string | null) => (v === null ? '(absent)' : v.length > 120 ? `${v.slice(0, 120)}…` : v);
     for (const d of drift) {
@@ -337,6 +365,22 @@ export class Agent implements AgentStatusSource {
     this.publishedDiscovered = text;
     this.written = { ...this.written, [ANNOTATION.discoveredEndpoints]: value };
     this.log.debug('published discovered endpoints', { peers: observed.size });
+  }
+
+  /** A rotated key in the key file: published, then the data plane's (key-rotation.ts); the old key wiped. */
+  private async followKeyFile(): Promise<void> {
+    const s = this.settings;
+    const crypto = await selectCrypto();
+    const switched = await followKeyFile({
+      path: s.privateKeyPath, intervalS: s.keyRotationInterval, inUse: this.privateKey!, publicKeyOf: (k) => crypto.publicKey(k),
+      publish: (publicKey) => this.publish(publicKey), dataplane: this.uapi!, log: this.log, reported: this.keyFileReported,
+      onPublishPending: (publicKey) => { this.pendingPublicKey = publicKey; },
+    });
+    if (!switched) return;
+    this.privateKey!.fill(0);
+    this.privateKey = switched.privateKey;
+    this.publicKey = switched.publicKey;
+    this.keyRotations++;
   }
 
   /** Logs peers that lost or regained a working session (see reachability.ts). */
@@ -411,6 +455,7 @@ export class Agent implements AgentStatusSource {
       }
       await this.publish();
     }
+    if (!s.firewallOnly) await this.followKeyFile();
     // Fail static: an API server that cannot be read or patched now must not hold up the mesh.
     await this.restoreOwnAnnotations(own).catch((err: Error) => this.log.warn('could not check or restore this Node\'s annotations; the next pass retries', { node: s.nodeName, error: err.message }));
     const mesh = desiredMesh(nodes, {
@@ -451,7 +496,7 @@ export class Agent implements AgentStatusSource {
         if (action.kind === 'remove') this.log.info('removed a peer whose key no Node carries', { key: action.publicKey.slice(0, 8) });
         else this.log.info(action.kind === 'add' ? 'added a peer' : 'updated a peer', {
           node: action.peer.nodeName, key: action.peer.publicKey.slice(0, 8), endpoint: action.peer.endpoint, endpointSource: action.peer.endpointSource,
-          ...(action.kind === 'update' ? { added: action.added, removed: action.removed, endpointSet: action.endpoint !== undefined } : { allowedIps: action.peer.allowedIps }),
+          ...(action.kind === 'update' ? { added: action.added, removed: action.removed, endpointSet: action.endpoint !== undefined } : { allowedIps: action.peer.allowedIps, carriedEndpoint: action.carriedEndpoint }),
         });
       }
       const routesKey = JSON.stringify(mesh.tunnelRoutes);

@@ -24,6 +24,8 @@ export interface Settings {
   mtu: number;
   wgIpFamily: IpFamilyChoice;
   privateKeyPath: string;
+  /** Seconds between automatic key rotations (measured from when the key file was written); 0 = never. */
+  keyRotationInterval: number;
   cniConfigPath: string;
   /** Written only when set: the conflist's `dataDir` for host-local IPAM. */
   cniIpamDataDir: string;
@@ -144,6 +146,23 @@ function cidrList(doc: string): Spec<string[]> {
   };
 }
 
+const DURATION_UNITS: Record<string, number> = { '': 1, s: 1, m: 60, h: 3600, d: 86400 };
+
+/** A duration in seconds: `0` (off), or a whole number with an optional unit s, m, h or d, at least `min` seconds. */
+function duration(defaultValue: string, min: number, doc: string): Spec<number> {
+  const accepted = `0 (off) or a duration such as 3600, 90m, 12h or 30d (at least ${min} s, at most 3650d)`;
+  return {
+    default: defaultValue, doc,
+    parse(value, name) {
+      const m = /^(\d{1,10})\s*([smhd]?)$/.exec(value.trim().toLowerCase());
+      if (!m) return fail(name, value, accepted);
+      const seconds = Number(m[1]) * DURATION_UNITS[m[2]];
+      if (seconds !== 0 && (seconds < min || seconds > 3650 * 86400)) fail(name, value, accepted);
+      return seconds;
+    },
+  };
+}
+
 const INTERFACE_NAME = /^[A-Za-z0-9_.-]{1,15}$/;
 const ABSOLUTE_PATH = { test: (v: string) => v.startsWith('/') && !v.includes('\0'), accepted: 'an absolute path' };
 const OPTIONAL_PATH = { test: (v: string) => v === '' || ABSOLUTE_PATH.test(v), accepted: 'an absolute path or empty' };
@@ -159,6 +178,7 @@ export const SETTINGS = {
   WG_MTU: integer(1420, 1280, 65535, 'MTU of the tunnel interface; the pods\' MTU follows it'),
   WG_IP_FAMILY: oneOf<IpFamilyChoice>('dualstack', ['ipv4', 'ipv6', 'dualstack'], 'family of the tunnel endpoint address (dualstack prefers IPv4)'),
   PRIVATE_KEY_PATH: text('/var/lib/roamguard/private.key', 'WireGuard private key file (created 0600 on first start; keep it on persistent storage)', ABSOLUTE_PATH),
+  KEY_ROTATION_INTERVAL: duration('0', 10, 'rotate the node\'s key this often (e.g. 30d), counted from when the key file was written; 0 = only on `roamguard rotate-key`'),
   CNI_CONFIG_PATH: text('/etc/cni/net.d/10-roamguard.conflist', 'where the CNI conflist is written', ABSOLUTE_PATH),
   CNI_IPAM_DATA_DIR: text('', 'host-local IPAM state directory (empty = the plugin\'s default)', OPTIONAL_PATH),
   MASQUERADE_IPV4: bool(true, 'masquerade IPv4 traffic from local pods to destinations outside the pod networks'),
@@ -213,6 +233,7 @@ export function loadSettings(env: Env = process.env): Settings {
     mtu: get('WG_MTU'),
     wgIpFamily: get('WG_IP_FAMILY'),
     privateKeyPath: get('PRIVATE_KEY_PATH'),
+    keyRotationInterval: get('KEY_ROTATION_INTERVAL'),
     cniConfigPath: get('CNI_CONFIG_PATH'),
     cniIpamDataDir: get('CNI_IPAM_DATA_DIR'),
     masquerade: { ipv4: get('MASQUERADE_IPV4'), ipv6: get('MASQUERADE_IPV6') },

@@ -18,6 +18,7 @@ import { formatPrefix, parsePrefix } from '../../dataplane/net/ip.ts';
 import { keyToBase64 } from '../../dataplane/noise/keys.ts';
 import type { DeviceSnapshot, PeerChange, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
 import type { DesiredPeer } from './desired-peers.ts';
+import { replacedPeerEndpoint } from './replaced-peer.ts';
 
 /** A handshake younger than this (WireGuard's Reject-After-Time) means the current endpoint works. */
 export const RECENT_HANDSHAKE_MS = 180_000;
@@ -40,7 +41,8 @@ export interface ReconcileOptions {
 }
 
 export type PeerAction =
-  | { kind: 'add'; peer: DesiredPeer }
+  /** `carriedEndpoint`: started at the endpoint of the peer it replaces (a rotated key, replaced-peer.ts). */
+  | { kind: 'add'; peer: DesiredPeer; carriedEndpoint?: string }
   | { kind: 'remove'; publicKey: string }
   | { kind: 'update'; peer: DesiredPeer; added: string[]; removed: string[]; endpoint?: string; keepalive?: number };
 
@@ -126,11 +128,13 @@ export function planReconcile(
 
   for (const [key, want] of desired) {
     if (seen.has(key)) continue;
-    actions.push({ kind: 'add', peer: want });
+    // The published endpoint stays the baseline: a carried one counts as a roam away from it.
+    const carried = replacedPeerEndpoint(want, device, desired, options.nowWallMs, RECENT_HANDSHAKE_MS);
+    actions.push(carried ? { kind: 'add', peer: want, carriedEndpoint: carried.toString() } : { kind: 'add', peer: want });
     memory.writtenEndpoint.set(key, want.endpoint);
     updates.push({
       publicKey: want.publicKeyBytes, remove: false, updateOnly: false,
-      endpoint: want.endpoint === undefined ? undefined : Endpoint.parse(want.endpoint),
+      endpoint: carried ?? (want.endpoint === undefined ? undefined : Endpoint.parse(want.endpoint)),
       persistentKeepalive: want.persistentKeepalive,
       replaceAllowedIps: false,
       allowedIps: want.allowedIps.map((p) => ({ prefix: parsePrefix(p), remove: false })),

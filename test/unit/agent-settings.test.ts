@@ -72,6 +72,17 @@ describe('agent settings', () => {
     assert.deepEqual(s.podCidrAllowedRanges, ['10.250.0.0/16', 'fd00:250::/48']);
   });
 
+  test('KEY_ROTATION_INTERVAL: off by default, seconds or a unit s/m/h/d', () => {
+    assert.equal(loadSettings(base).keyRotationInterval, 0);
+    const seconds = (v: string) => loadSettings({ ...base, KEY_ROTATION_INTERVAL: v }).keyRotationInterval;
+    assert.equal(seconds('0'), 0);
+    assert.equal(seconds('3600'), 3600);
+    assert.equal(seconds('90m'), 5400);
+    assert.equal(seconds('12H'), 43200);
+    assert.equal(seconds('30d'), 2_592_000);
+    assert.equal(seconds('10s'), 10);
+  });
+
   // One bad value per variable: the message names the variable, repeats the value, says what is accepted.
   const bad: Array<[string, string, RegExp]> = [
     ['WG_INTERFACE', 'a-name-longer-than-15', /interface name of 1-15/],
@@ -83,6 +94,10 @@ describe('agent settings', () => {
     ['WG_MTU', '576', /integer from 1280 to 65535/],
     ['WG_IP_FAMILY', 'ipv5', /one of ipv4, ipv6, dualstack/],
     ['PRIVATE_KEY_PATH', 'relative/key', /absolute path/],
+    ['KEY_ROTATION_INTERVAL', '5', /0 \(off\) or a duration such as 3600, 90m, 12h or 30d \(at least 10 s/],
+    ['KEY_ROTATION_INTERVAL', '1w', /a duration/],
+    ['KEY_ROTATION_INTERVAL', '-1d', /a duration/],
+    ['KEY_ROTATION_INTERVAL', '4000d', /at most 3650d/],
     ['CNI_CONFIG_PATH', 'x.conflist', /absolute path/],
     ['CNI_IPAM_DATA_DIR', 'state', /absolute path or empty/],
     ['MASQUERADE_IPV4', 'maybe', /true\/false/],
