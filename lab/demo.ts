@@ -7,11 +7,17 @@
  * Snapshots are plain data and rendering is a pure function (`renderDemo`), so the table is
  * unit-tested without namespaces.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface, type Interface as ReadlineInterface } from 'node:readline';
+import { kubeConfigFor } from './kube-api-server.ts';
 import { Scope, which } from './netns.ts';
-import { buildNatWorld, HOME, INTERNET, OFFICE } from './nat-topology.ts';
 import { ping } from './probe.ts';
-import type { Pod, World } from './world.ts';
+import { DEFAULT_SCENARIO, DEMO_SCENARIOS } from './demo-scenarios.ts';
+import { describeRecord } from './demo-recovery.ts';
+import { DemoSession } from './demo-session.ts';
+import { startDemoWeb, type DemoWeb } from './demo-web.ts';
+import type { Pod, WgPeerView, World } from './world.ts';
 
 export interface DemoNode {
   name: string;
@@ -26,6 +32,7 @@ export type PathKind = 'LAN' | 'NAT' | 'public' | 'none';
 
 export interface DemoPeer {
   from: string;
+  /** The peer's node, or `?` and the key's first characters when no Node carries that key. */
   to: string;
   endpoint: string;
   path: PathKind;
@@ -33,6 +40,16 @@ export interface DemoPeer {
   handshakeAgeS?: number;
   rxBytes: number;
   txBytes: number;
+  /** Bytes per second since the previous snapshot (undefined on the first). */
+  rxRate?: number;
+  txRate?: number;
+}
+
+export interface DemoRouter {
+  /** The router's name, which is also its LAN site's name. */
+  name: string;
+  publicAddress: string;
+  lan: string;
 }
 
 export interface DemoSnapshot {
@@ -42,9 +59,42 @@ export interface DemoSnapshot {
   matrix: Record<string, Record<string, [boolean, boolean]>>;
   allGreen: boolean;
   takenAt: Date;
+  /** When the probes began (ms since the epoch); takenAt is when they ended. */
+  startedAt?: number;
+  routers?: DemoRouter[];
+  /** Node objects in the API that are no node of the demo (e.g. created with kubectl). */
+  apiOnlyNodes?: string[];
 }
 
-function formatBytes(n: number): string {
+/** Matrix cells (one per ordered pod pair and family) that failed. */
+export function cellsDown(s: DemoSnapshot): number {
+  let down = 0;
+  for (const row of Object.values(s.matrix)) for (const [v4, v6] of Object.values(row)) down += (v4 ? 0 : 1) + (v6 ? 0 : 1);
+  return down;
+}
+
+/** Adds per-second rates from the byte counters of the previous snapshot of the same pair. */
+export function withRates(next: DemoSnapshot, previous: DemoSnapshot | undefined): DemoSnapshot {
+  if (!previous) return next;
+  const dt = (next.takenAt.getTime() - previous.takenAt.getTime()) / 1000;
+  if (!(dt > 0)) return next;
+  const before = new Map(previous.peers.map((p) => [`${p.from}>${p.to}`, p]));
+  const rate = (now: number, then: number) => (now >= then ? (now - then) / dt : undefined); // a counter reset (new data plane) has no rate
+  return {
+    ...next,
+    peers: next.peers.map((p) => {
+      const old = before.get(`${p.from}>${p.to}`);
+      return old ? { ...p, rxRate: rate(p.rxBytes, old.rxBytes), txRate: rate(p.txBytes, old.txBytes) } : p;
+    }),
+  };
+}
+
+export function formatRate(bytesPerSecond: number | undefined): string {
+  if (bytesPerSecond === undefined) return '-';
+  return `${formatBytes(Math.round(bytesPerSecond))}/s`;
+}
+
+export function formatBytes(n: number): string {
   if (n < 1024) return `${n} B`;
   const units = ['KiB', 'MiB', 'GiB', 'TiB'];
   let v = n / 1024, i = 0;
@@ -52,7 +102,7 @@ function formatBytes(n: number): string {
   return `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`;
 }
 
-function formatAge(s: number | undefined): string {
+export function formatAge(s: number | undefined): string {
   if (s === undefined) return 'never';
   if (s < 60) return `${Math.round(s)}s ago`;
   return `${Math.floor(s / 60)}m${String(Math.round(s % 60)).padStart(2, '0')}s ago`;
@@ -64,8 +114,13 @@ function table(header: string[], rows: string[][]): string[] {
   return [line(header), ...rows.map(line)];
 }
 
+export interface DemoScreenExtras {
+  /** Lines after the verdict: the fault log, the fault commands, where kubectl and the page are. */
+  after?: string[];
+}
+
 /** The whole screen for one snapshot. */
-export function renderDemo(s: DemoSnapshot, color = false): string {
+export function renderDemo(s: DemoSnapshot, color = false, extras: DemoScreenExtras = {}): string {
   const green = (t: string) => (color ? `\x1b[32m${t}\x1b[0m` : t);
   const red = (t: string) => (color ? `\x1b[31m${t}\x1b[0m` : t);
   const out: string[] = [];
@@ -76,8 +131,10 @@ export function renderDemo(s: DemoSnapshot, color = false): string {
     s.nodes.map((n) => [n.name, n.site, n.address, n.publicAddress, n.pod.ipv4, n.pod.ipv6])));
   out.push('');
   out.push('PEERS (what each node\'s data plane reports)');
-  out.push(...table(['from', 'to', 'endpoint', 'path', 'last handshake', 'received', 'sent'],
-    s.peers.map((p) => [p.from, p.to, p.endpoint || '(none)', p.path, formatAge(p.handshakeAgeS), formatBytes(p.rxBytes), formatBytes(p.txBytes)])));
+  out.push(...table(['from', 'to', 'endpoint', 'path', 'last handshake', 'received', 'sent', 'now (in/out)'],
+    s.peers.map((p) => [p.from, p.to, p.endpoint || '(none)', p.path, formatAge(p.handshakeAgeS), formatBytes(p.rxBytes), formatBytes(p.txBytes),
+      p.rxRate === undefined && p.txRate === undefined ? '-' : `${formatRate(p.rxRate)} ${formatRate(p.txRate)}`])));
+  if (s.apiOnlyNodes && s.apiOnlyNodes.length > 0) out.push('', `Node objects without a demo node (made with kubectl?): ${s.apiOnlyNodes.join(', ')}`);
   out.push('');
   out.push('REACHABILITY (pod → pod: IPv4 IPv6)');
   const names = s.nodes.map((n) => n.name);
@@ -91,6 +148,7 @@ export function renderDemo(s: DemoSnapshot, color = false): string {
   for (const from of names) out.push(`${from.padEnd(width)}  ${names.map((to) => cell(from, to)).join('  ')}`);
   out.push('');
   out.push(s.allGreen ? green('all pods reach all pods over IPv4 and IPv6') : red('some pods cannot reach each other (✗ above)'));
+  if (extras.after && extras.after.length > 0) out.push('', ...extras.after);
   return out.join('\n');
 }
 
@@ -104,7 +162,8 @@ export function classifyPath(endpoint: string, peerLanAddress: string, natPublic
 }
 
 /** Reads the world: every data plane, and a ping from every pod to every other pod (both families). */
-export async function takeSnapshot(world: World, pods: ReadonlyMap<string, Pod>): Promise<DemoSnapshot> {
+export async function takeSnapshot(world: World, pods: ReadonlyMap<string, Pod>, previous?: DemoSnapshot): Promise<DemoSnapshot> {
+  const startedAt = Date.now();
   const natPublic = new Map<string, string>();
   for (const router of world.routers.values()) natPublic.set(router.lan.spec.name, router.wan.ipv4);
   const publicSet = new Set(natPublic.values());
@@ -112,50 +171,55 @@ export async function takeSnapshot(world: World, pods: ReadonlyMap<string, Pod>)
     name: n.name, site: n.segment.spec.name, address: n.ipv4, publicAddress: natPublic.get(n.segment.spec.name) ?? n.ipv4,
     pod: { ipv4: pods.get(n.name)?.ipv4 ?? '-', ipv6: pods.get(n.name)?.ipv6 ?? '-' },
   }));
+  // Peers are named by the Node objects that carry their keys, the demo's own or not.
+  const apiNodes = world.api.listNodes();
+  const nameByKey = new Map<string, string>();
+  for (const n of apiNodes) {
+    const key = n.metadata.annotations?.['roamguard.io/public-key'];
+    if (key) nameByKey.set(key, n.metadata.name);
+  }
   const now = Date.now() / 1000;
   const peers: DemoPeer[] = [];
-  for (const node of world.nodes) {
-    const view = await world.wgPeers(node).catch(() => new Map());
-    for (const [key, p] of view) {
-      const other = world.nodeByKey(key);
-      if (!other) continue;
-      peers.push({
-        from: node.name, to: other.name, endpoint: p.endpoint,
-        path: classifyPath(p.endpoint, other.ipv4, publicSet, !natPublic.has(other.segment.spec.name)),
-        handshakeAgeS: p.latestHandshake > 0 ? Math.max(0, now - p.latestHandshake) : undefined,
-        rxBytes: p.rx, txBytes: p.tx,
-      });
-    }
-  }
   const matrix: DemoSnapshot['matrix'] = {};
   let allGreen = true;
-  await Promise.all(world.nodes.map(async (from) => {
-    matrix[from.name] = {};
-    const src = pods.get(from.name);
-    for (const to of world.nodes) {
-      if (from === to) continue;
-      const dst = pods.get(to.name);
-      const ok = async (address: string | undefined) => !!src && !!address && (await ping(src.ns, address, { count: 1, deadlineS: 3 }).catch(() => undefined))?.received === 1;
-      const cell: [boolean, boolean] = [await ok(dst?.ipv4), await ok(dst?.ipv6)];
-      matrix[from.name][to.name] = cell;
-      if (!cell[0] || !cell[1]) allGreen = false;
-    }
-  }));
-  return { nodes, peers: peers.sort((a, b) => a.from.localeCompare(b.from) || a.to.localeCompare(b.to)), matrix, allGreen, takenAt: new Date() };
+  const probes = world.nodes.flatMap((from) => world.nodes.filter((to) => to !== from).map((to) => ({ from, to })));
+  for (const from of world.nodes) matrix[from.name] = {};
+  await Promise.all([
+    ...world.nodes.map(async (node) => {
+      const view = await world.wgPeers(node).catch(() => new Map<string, WgPeerView>());
+      for (const [key, p] of view) {
+        const otherName = nameByKey.get(key);
+        const other = otherName === undefined ? undefined : world.nodes.find((n) => n.name === otherName);
+        peers.push({
+          from: node.name, to: otherName ?? `?${key.slice(0, 8)}`, endpoint: p.endpoint,
+          path: other ? classifyPath(p.endpoint, other.ipv4, publicSet, !natPublic.has(other.segment.spec.name)) : classifyPath(p.endpoint, '', publicSet, true),
+          handshakeAgeS: p.latestHandshake > 0 ? Math.max(0, now - p.latestHandshake) : undefined,
+          rxBytes: p.rx, txBytes: p.tx,
+        });
+      }
+    }),
+    // Every probe at once, so a snapshot takes about one probe's deadline even when paths are down.
+    ...probes.map(async ({ from, to }) => {
+      const src = pods.get(from.name), dst = pods.get(to.name);
+      const ok = async (address: string | undefined) => !!src && !!address && (await ping(src.ns, address, { count: 1, deadlineS: 2 }).catch(() => undefined))?.received === 1;
+      const [v4, v6] = await Promise.all([ok(dst?.ipv4), ok(dst?.ipv6)]);
+      matrix[from.name][to.name] = [v4, v6];
+      if (!v4 || !v6) allGreen = false;
+    }),
+  ]);
+  const worldNames = new Set(world.nodes.map((n) => n.name));
+  const snapshot: DemoSnapshot = {
+    nodes, peers: peers.sort((a, b) => a.from.localeCompare(b.from) || a.to.localeCompare(b.to)), matrix, allGreen, takenAt: new Date(), startedAt,
+    routers: [...world.routers.values()].map((r) => ({ name: r.name, publicAddress: r.wan.ipv4, lan: r.lan.spec.name })),
+    apiOnlyNodes: apiNodes.map((n) => n.metadata.name).filter((name) => !worldNames.has(name)),
+  };
+  return withRates(snapshot, previous);
 }
 
-/**
- * Scenarios (`--scenario NAME`): run once the matrix is first all green, each in its own file;
- * the demo then shows the table again and the scenario's report, and `--once` exits 0 only when
- * the scenario passed and the matrix is green again.
- */
-export const DEMO_SCENARIOS: Record<string, () => Promise<(world: World, pods: ReadonlyMap<string, Pod>, step: (what: string) => void) => Promise<{ ok: boolean; report: string }>>> = {
-  'key-rotation': async () => (await import('./key-rotation-scenario.ts')).runKeyRotationScenario,
-};
+/** Five agents and five data planes start at once: on a busy 2-core machine that takes minutes. */
+export const AGENT_READY_TIMEOUT_MS = 240_000;
 
 export interface DemoOptions {
-  /** A name from DEMO_SCENARIOS. */
-  scenario?: string;
   once: boolean;
   refreshS: number;
   /** --once: how long to wait for an all-green matrix before giving up. */
@@ -163,6 +227,12 @@ export interface DemoOptions {
   write: (text: string) => void;
   color: boolean;
   clearScreen: boolean;
+  /** Which world to build (lab/demo-scenarios.ts); default 'nat'. */
+  scenario?: string;
+  /** Interactive only: the page's port on 127.0.0.1 (0 = any free one); undefined = no page. */
+  webPort?: number;
+  /** Interactive only: where fault commands are read from, line by line (undefined = nowhere). */
+  input?: NodeJS.ReadableStream;
 }
 
 /** What the demo needs from the machine; each missing piece names its Debian package. */
@@ -184,6 +254,11 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     options.write(`roamguard demo needs: ${missing.join('; ')}.\nInstall the packages with: bash scripts/install-system-deps.sh (as root)\n`);
     return 2;
   }
+  const scenario = DEMO_SCENARIOS[options.scenario ?? DEFAULT_SCENARIO];
+  if (!scenario) {
+    options.write(`roamguard demo: no scenario ${JSON.stringify(options.scenario)} (${Object.keys(DEMO_SCENARIOS).join(', ')})\n`);
+    return 2;
+  }
   const scope = new Scope();
   let stopping = false;
   let wake: (() => void) | undefined;
@@ -201,16 +276,36 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   });
   const started = Date.now();
   const step = (what: string) => options.write(`[${((Date.now() - started) / 1000).toFixed(0).padStart(3)}s] ${what}\n`);
+  let web: DemoWeb | undefined;
+  let lines: ReadlineInterface | undefined;
   try {
-    options.write(`Building the demo world: internet ${INTERNET.ipv4}, office NAT ${OFFICE.ipv4}, home NAT ${HOME.ipv4}\n`);
-    const world = await buildNatWorld(scope, { keepaliveS: 10, onProgress: (what) => step(`creating ${what}`), agentEnv: { LOG_LEVEL: 'info' } });
+    options.write(`${scenario.intro}\n`);
+    const world = await scenario.build(scope, { keepaliveS: 10, onProgress: (what) => step(`creating ${what}`), agentEnv: { LOG_LEVEL: 'info' } });
     if (stopping) return 130;
+    const pods = new Map<string, Pod>();
+    const session = new DemoSession(world, pods);
+    let kubectlLine: string | undefined;
+    if (!options.once) {
+      // kubectl on this machine reaches the API server directly: it listens on loopback here.
+      const kubeconfig = join(scope.tempDir('roamguard-demo-'), 'kubeconfig');
+      writeFileSync(kubeconfig, kubeConfigFor(world.api.url), { mode: 0o600 });
+      kubectlLine = `export KUBECONFIG=${kubeconfig}`;
+      step(`kubectl works against the demo's API server (${world.api.url}):\n\n    ${kubectlLine}\n    kubectl get nodes -o wide\n`);
+      if (options.webPort !== undefined) {
+        web = await startDemoWeb(session, { port: options.webPort, kubectl: kubectlLine }).catch((err: NodeJS.ErrnoException) => {
+          if (err.code !== 'EADDRINUSE') throw err;
+          step(`port ${options.webPort} is taken: the page gets another one`);
+          return startDemoWeb(session, { port: 0, kubectl: kubectlLine });
+        });
+        step(`the live page: ${web.url}\n`);
+      }
+    }
     step(`starting ${world.nodes.length} agents (each starts its own roamguard wg data plane)`);
     await Promise.all(world.nodes.map(async (node) => {
-      await world.startAgent(node);
+      await world.startAgent(node, {}, { readyTimeoutMs: AGENT_READY_TIMEOUT_MS });
+      world.setNodeReady(node, true, 'RoamguardAgentReady', 'the roamguard agent is ready');
       step(`agent on ${node.name} is ready`);
     }));
-    const pods = new Map<string, Pod>();
     for (const node of world.nodes) {
       if (stopping) return 130;
       const pod = await world.addPod(node);
@@ -219,35 +314,61 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     }
     step('waiting for handshakes (NAT\'d nodes connect out; mappings are then shared)…');
     let deadline = Date.now() + options.settleTimeoutS * 1000;
-    let scenario = options.scenario === undefined ? undefined : await DEMO_SCENARIOS[options.scenario]();
-    let scenarioResult: { ok: boolean; report: string } | undefined;
+    const screen = (snapshot: DemoSnapshot) => renderDemo(snapshot, options.color, {
+      after: [
+        ...(session.records.length > 0 ? ['FAULT LOG', ...session.log().map((l) => `  ${l}`), ''] : []),
+        ...session.help(),
+        '',
+        ...(kubectlLine ? [`kubectl: ${kubectlLine}`] : []),
+        ...(web ? [`page:    ${web.url}`] : []),
+        ...(session.lastMessage ? ['', `> ${session.lastMessage}`] : []),
+      ],
+    });
+    if (!options.once && options.input) {
+      lines = createInterface({ input: options.input, terminal: false });
+      lines.on('line', (line) => {
+        const result = session.submit(line);
+        if ('quit' in result && result.quit) { onSignal(); return; }
+        if (result.message) options.write(`> ${result.message}\n`);
+      });
+      session.on('recovered', (r) => options.write(`> ${describeRecord(r)}\n`));
+    }
+    let previous: DemoSnapshot | undefined;
+    let afterGreen = scenario.afterGreen ? await scenario.afterGreen() : undefined;
+    let afterGreenResult: { ok: boolean; report: string } | undefined;
     for (;;) {
-      let snapshot = await takeSnapshot(world, pods);
-      if (stopping) return 130;
-      if (scenario && snapshot.allGreen) {
+      if (!options.once) await session.followApi();
+      const began = Date.now();
+      let snapshot = await takeSnapshot(world, pods, previous);
+      if (stopping) return options.once ? 130 : 0;
+      if (afterGreen && snapshot.allGreen) {
         step(`all green: running the ${options.scenario} scenario`);
-        scenarioResult = await scenario(world, pods, step);
-        scenario = undefined;
+        afterGreenResult = await afterGreen(world, pods, step);
+        afterGreen = undefined;
         // The mesh gets its own settle time again after the scenario.
         deadline = Math.max(deadline, Date.now() + 60_000);
-        snapshot = await takeSnapshot(world, pods);
+        snapshot = await takeSnapshot(world, pods, snapshot);
       }
-      const report = scenarioResult ? `\n\n${scenarioResult.report}` : '';
+      previous = snapshot;
+      const report = afterGreenResult ? `\n\n${afterGreenResult.report}` : '';
       if (options.once) {
-        if ((snapshot.allGreen && !scenario) || Date.now() >= deadline) {
+        if ((snapshot.allGreen && !afterGreen) || Date.now() >= deadline) {
           options.write(`${renderDemo(snapshot, options.color)}${report}\n`);
-          return snapshot.allGreen && !scenario && (scenarioResult?.ok ?? true) ? 0 : 1;
+          return snapshot.allGreen && !afterGreen && (afterGreenResult?.ok ?? true) ? 0 : 1;
         }
         await sleep(2000);
         continue;
       }
-      options.write(`${options.clearScreen ? '\x1b[2J\x1b[H' : '\n'}${renderDemo(snapshot, options.color)}${report}\n\nrefreshing every ${options.refreshS}s — Ctrl-C tears everything down\n`);
-      await sleep(options.refreshS * 1000);
+      session.observe(snapshot);
+      options.write(`${options.clearScreen ? '\x1b[2J\x1b[H' : '\n'}${screen(snapshot)}${report}\n\nrefreshing every ${options.refreshS}s — Ctrl-C tears everything down\n`);
+      await sleep(Math.max(0, options.refreshS * 1000 - (Date.now() - began)));
       if (stopping) return 0;
     }
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
+    lines?.close();
+    await web?.close().catch(() => {});
     const problems = await scope.cleanup();
     options.write(problems.length === 0 ? 'demo removed: no namespaces or processes left behind\n' : `cleanup problems:\n  ${problems.join('\n  ')}\n`);
   }

@@ -27,7 +27,14 @@
  * is answered 403 Forbidden or 422 Invalid with the policy's message, as kube-apiserver does for a
  * ValidatingAdmissionPolicy (lab/admission-policy.ts evaluates deploy/roamguard.yaml's). Without
  * tokens requests are anonymous; the programmatic API (createNode, updateNode...) is never
- * checked. Discovery (`/api`, `/api/v1`, `/apis`) is served, enough for kubectl's resource names.
+ * checked.
+ *
+ * For kubectl (test/unit/kubectl-lab-api.test.ts runs the machine's): discovery (`/api`, `/api/v1`,
+ * `/apis`), Tables when the Accept header asks "as=Table" (lists, gets and watch events, so
+ * `get nodes`, `-o wide` and `-w` print real columns; lab/kube-table.ts), the OpenAPI v3 sliver
+ * that lets `create -f` leave field validation to this server (lab/kube-openapi.ts; unknown
+ * top-level fields are refused under `fieldValidation=Strict`), and empty pod and event lists
+ * for `describe node`.
  *
  * Not implemented: RBAC, namespaced resources, subresources (`/status`), JSON patch
  * and server-side apply (answered 415), strategic-merge list semantics (a strategic merge patch
@@ -39,6 +46,8 @@ import https from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { KubeConfig } from '@kubernetes/client-node';
+import { OPENAPI_V3_ROOT, OPENAPI_V3_PATH, openApiV3CoreV1 } from './kube-openapi.ts';
+import { nodeTable, parseIncludeObject, tableVersionAccepted, type IncludeObject, type TableGroupVersion } from './kube-table.ts';
 
 export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
 export interface JsonObject { [key: string]: JsonValue }
@@ -351,6 +360,8 @@ interface OpenWatch {
   res: http.ServerResponse;
   filter: Predicate;
   timer?: NodeJS.Timeout;
+  /** kubectl's watches (`get -w`) want each event's object as a one-row Table. */
+  table?: { version: TableGroupVersion; include: IncludeObject };
 }
 
 const MAX_BODY_BYTES = 3 * 1024 * 1024; // kube-apiserver's request size limit
@@ -708,21 +719,40 @@ export class KubeApiServer {
       return;
     }
     const user = this.#authenticate(req);
+    const method = req.method ?? 'GET';
     if (path === '/api' || path === '/apis' || path === '/api/v1') return this.#sendJson(res, 200, discovery(path));
+    // kubectl create/apply first checks here whether the server validates fields itself.
+    if (path === OPENAPI_V3_ROOT) return this.#sendJson(res, 200, { paths: { 'api/v1': { serverRelativeURL: `${OPENAPI_V3_PATH}?hash=roamguard-lab-1` } } });
+    if (path === OPENAPI_V3_PATH) return this.#sendJson(res, 200, openApiV3CoreV1());
+    // kubectl describe node lists the node's pods and events: this server keeps neither.
+    const empty = path.match(/^\/api\/v1(?:\/namespaces\/[^/]+)?\/(pods|events)$/);
+    if (empty && method === 'GET' && !record.watch) {
+      return this.#sendJson(res, 200, { kind: empty[1] === 'pods' ? 'PodList' : 'EventList', apiVersion: 'v1', metadata: { resourceVersion: this.resourceVersion }, items: [] });
+    }
     const match = path.match(/^\/api\/v1\/nodes(?:\/([^/]+))?$/);
     if (!match) fail(404, 'the server could not find the requested resource', 'NotFound');
     const name = match[1] === undefined ? undefined : decodeURIComponent(match[1]);
-    const method = req.method ?? 'GET';
+    const table = this.#tableWanted(req, url);
 
     if (name === undefined) {
-      if (method === 'GET' && record.watch) return this.#serveWatch(req, res, url);
-      if (method === 'GET') return this.#sendJson(res, 200, this.#list(url));
-      if (method === 'POST') return this.#sendJson(res, 201, this.#create(parseJson(body!) as unknown as NodeInput, user));
+      if (method === 'GET' && record.watch) return this.#serveWatch(req, res, url, table);
+      if (method === 'GET') {
+        const list = this.#list(url);
+        if (!table) return this.#sendJson(res, 200, list);
+        return this.#sendJson(res, 200, nodeTable(list.items as unknown as KubeNode[], { ...table, resourceVersion: this.resourceVersion }));
+      }
+      if (method === 'POST') {
+        const input = parseJson(body!);
+        if (url.searchParams.get('fieldValidation') === 'Strict') checkKnownFields(input);
+        return this.#sendJson(res, 201, this.#create(input as unknown as NodeInput, user));
+      }
       fail(405, `method ${method} is not supported on the nodes collection`, 'MethodNotAllowed');
     }
     switch (method) {
-      case 'GET':
-        return this.#sendJson(res, 200, this.#mustGet(name));
+      case 'GET': {
+        const node = this.#mustGet(name);
+        return this.#sendJson(res, 200, table ? nodeTable([node], { ...table, resourceVersion: node.metadata.resourceVersion }) : node);
+      }
       case 'PUT': {
         const current = this.#mustGet(name);
         const next = parseJson(body!);
@@ -744,6 +774,17 @@ export class KubeApiServer {
     }
   }
 
+  /** A Table answer when the Accept header asks for one (kubectl get's human-readable output). */
+  #tableWanted(req: http.IncomingMessage, url: URL): OpenWatch['table'] {
+    const version = tableVersionAccepted(req.headers.accept);
+    if (!version) return undefined;
+    try {
+      return { version, include: parseIncludeObject(url.searchParams.get('includeObject')) };
+    } catch (err) {
+      fail(400, (err as Error).message, 'BadRequest');
+    }
+  }
+
   #filterFor(url: URL): Predicate {
     const labels = url.searchParams.get('labelSelector');
     const fields = url.searchParams.get('fieldSelector');
@@ -752,7 +793,7 @@ export class KubeApiServer {
     return (node) => (!byLabel || byLabel(node)) && (!byField || byField(node));
   }
 
-  #list(url: URL): JsonObject {
+  #list(url: URL): JsonObject & { items: JsonValue[] } {
     const filter = this.#filterFor(url);
     return {
       kind: 'NodeList',
@@ -788,7 +829,7 @@ export class KubeApiServer {
     return this.#replace(current, merged, user);
   }
 
-  #serveWatch(req: http.IncomingMessage, res: http.ServerResponse, url: URL): void {
+  #serveWatch(req: http.IncomingMessage, res: http.ServerResponse, url: URL, table?: OpenWatch['table']): void {
     const filter = this.#filterFor(url);
     const rvText = url.searchParams.get('resourceVersion') ?? '';
     const timeoutText = url.searchParams.get('timeoutSeconds');
@@ -798,6 +839,7 @@ export class KubeApiServer {
     res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private' });
     res.flushHeaders();
     const watch: OpenWatch = { req, res, filter };
+    if (table) watch.table = table;
 
     if (rvText === '' || rvText === '0') {
       // "Any version": start with the current state as synthetic ADDED events.
@@ -836,7 +878,8 @@ export class KubeApiServer {
 
   #write(watch: OpenWatch, type: WatchEventType, object: KubeNode): void {
     if (watch.res.destroyed || watch.res.writableEnded) return;
-    watch.res.write(`${JSON.stringify({ type, object })}\n`);
+    const sent = watch.table ? nodeTable([object], { ...watch.table, resourceVersion: object.metadata.resourceVersion }) : object;
+    watch.res.write(`${JSON.stringify({ type, object: sent })}\n`);
   }
 
   #endWatch(watch: OpenWatch): void {
@@ -866,6 +909,15 @@ function discovery(path: string): JsonObject {
       verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'],
     }],
   };
+}
+
+const NODE_FIELDS = new Set(['apiVersion', 'kind', 'metadata', 'spec', 'status']);
+
+/** `fieldValidation=Strict` (kubectl's default): an unknown top-level field is an error, not dropped. */
+function checkKnownFields(input: JsonValue): void {
+  if (!isPlainObject(input)) return;
+  const unknown = Object.keys(input).filter((k) => !NODE_FIELDS.has(k));
+  if (unknown.length > 0) fail(400, `strict decoding error: ${unknown.map((k) => `unknown field "${k}"`).join(', ')}`, 'BadRequest');
 }
 
 async function readBody(req: http.IncomingMessage): Promise<Buffer> {

@@ -23,6 +23,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
+import { release } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { cniAdd } from '../control/host/cni-exec.ts';
 import { netnsRunner } from '../control/host/runner.ts';
@@ -30,7 +31,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { KubeApiServer, kubeConfigFor, type RequestUser } from './kube-api-server.ts';
 import { parseSocketAddress, startRelay } from './socket-relay.ts';
-import { type Namespace, type NsProcess, type Scope, uniqueName, waitFor, WG_SOCKET_DIR } from './netns.ts';
+import { type Namespace, type NsProcess, run, type Scope, uniqueName, waitFor, WG_SOCKET_DIR } from './netns.ts';
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const ROAMGUARD = join(REPO_ROOT, 'bin/roamguard');
@@ -333,21 +334,57 @@ table inet router {
     return n;
   }
 
-  /** Deletes the Node object and forgets the node (its namespace stays until cleanup). */
+  /**
+   * Deletes the Node object (unless someone already did, e.g. kubectl against the demo) and
+   * forgets the node (its namespace stays until cleanup).
+   */
   removeNode(node: WorldNode): void {
-    this.api.deleteNode(node.name);
-    this.nodes.splice(this.nodes.indexOf(node), 1);
+    if (this.api.getNode(node.name)) this.api.deleteNode(node.name);
+    const at = this.nodes.indexOf(node);
+    if (at >= 0) this.nodes.splice(at, 1);
+  }
+
+  /**
+   * Posts the node's Ready condition and node info, as a kubelet would, so `kubectl get nodes`
+   * reads Ready or NotReady (the demo: Ready while the node's agent runs). No-op without a Node.
+   */
+  setNodeReady(node: WorldNode, ready: boolean, reason: string, message: string): void {
+    if (!this.api.getNode(node.name)) return;
+    const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+    this.api.updateNode(node.name, (n) => {
+      const status = n.status ?? {};
+      const previous = (Array.isArray(status.conditions) ? status.conditions : []).find((c) => typeof c === 'object' && c !== null && !Array.isArray(c) && c.type === 'Ready') as Record<string, string> | undefined;
+      const value = ready ? 'True' : 'False';
+      const since = previous?.status === value ? previous.lastTransitionTime ?? now : now;
+      n.status = {
+        ...status,
+        conditions: [{ type: 'Ready', status: value, reason, message, lastHeartbeatTime: now, lastTransitionTime: since }],
+        nodeInfo: { kubeletVersion: 'lab', osImage: 'roamguard lab (network namespace)', kernelVersion: release(), containerRuntimeVersion: 'cni://ptp', operatingSystem: 'linux', architecture: process.arch },
+      };
+    });
+  }
+
+  /** The pid of the node's data plane (`roamguard wg IFNAME`, started detached by its agent). */
+  async dataplanePid(node: WorldNode): Promise<number | undefined> {
+    const pids = (await run('ip', ['netns', 'pids', node.ns.name], { allowFailure: true })).stdout.split(/\s+/).filter(Boolean).map(Number);
+    for (const pid of pids) {
+      let args: string[];
+      try { args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0'); } catch { continue; }
+      const at = args.indexOf('wg');
+      if (at >= 0 && args.slice(at + 1).includes(node.ifname) && !args.includes('agent')) return pid;
+    }
+    return undefined;
   }
 
   /** Starts the node's agent and waits until it reports ready. */
-  async startAgent(node: WorldNode, env: Record<string, string> = {}): Promise<NsProcess> {
+  async startAgent(node: WorldNode, env: Record<string, string> = {}, options: { readyTimeoutMs?: number } = {}): Promise<NsProcess> {
     if (node.agent?.running) throw new Error(`${node.name}: agent already running`);
     const agent = this.scope.spawn(node.ns, ROAMGUARD, ['agent'], {
       env: { ...process.env, ...node.env, ...env }, label: `agent ${node.name}`, cwd: REPO_ROOT,
       keepOutputBytes: this.options.keepLogBytes ?? 256 * 1024,
     });
     node.agent = agent;
-    await waitFor(() => !agent.running || /ready: the Node list is synced/.test(agent.stderr), 90_000, {
+    await waitFor(() => !agent.running || /ready: the Node list is synced/.test(agent.stderr), options.readyTimeoutMs ?? 90_000, {
       description: `${node.name}'s agent to become ready`,
     }).catch((err: Error) => { throw new Error(`${err.message}\n${agent.describe()}`); });
     if (!agent.running) throw new Error(`agent on ${node.name} exited:\n${agent.describe()}`);

@@ -4,7 +4,9 @@
 set -euo pipefail
 
 # command-or-path(glob)  package
-# (gcc and libc6-dev: the handshake flood test compiles its flooder, test/system/flooder.c)
+# (gcc and libc6-dev: the handshake flood test compiles its flooder, test/system/flooder.c;
+#  kubectl: the lab API server's kubectl tests, any kubectl will do, Debian's is kubernetes-client;
+#  chromium: the demo page's test drives it headless)
 needs=(
   "wireguard-go   wireguard-go"
   "wg             wireguard-tools"
@@ -18,6 +20,8 @@ needs=(
   "/usr/lib/*/libsodium.so.23 libsodium23"
   "gcc            gcc"
   "/usr/include/*/sys/socket.h libc6-dev"
+  "kubectl        kubernetes-client"
+  "chromium       chromium"
 )
 
 missing=()
