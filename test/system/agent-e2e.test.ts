@@ -82,7 +82,7 @@ describe('agent end to end (three nodes)', { timeout: 720_000 + OUTAGE_S * 1000 
     for (const node of cluster.nodes) await cluster.startAgent(node);
     for (const node of cluster.nodes) {
       const owners = await socketOwnerPids(node.ns, node.ifname);
-      const expected = node.index === 3 ? /wireguard-go/ : /roamguard.* wg /;
+      const expected = node.index === 3 ? /wireguard-go/ : /(roamguard\.ts|launch\.mjs) wg /;
       assert.ok(owners.some((pid) => expected.test(commandLine(pid) ?? '')), `${node.name}'s data plane is ${expected}: ${owners.map((p) => commandLine(p)).join('; ')}`);
     }
     const keys = cluster.nodes.map((n) => cluster.publicKeyOf(n));

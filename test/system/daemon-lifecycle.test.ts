@@ -100,7 +100,7 @@ describe('daemon: life cycle and exit rules', () => {
 
     assert.equal(pids.length, 1, `one process serves ${socketPath}: ${JSON.stringify(pids)}`);
     const pid = pids[0];
-    assert.match(commandLine(pid) ?? '', new RegExp(`roamguard\\.ts wg --foreground ${ifname}$`), 'the detached daemon');
+    assert.match(commandLine(pid) ?? '', new RegExp(`(roamguard\\.ts|launch\\.mjs) wg --foreground ${ifname}$`), 'the detached daemon');
     const shown = await topo.a.exec('wg', ['show', ifname, 'listen-port']);
     assert.match(shown.stdout.trim(), /^\d+$/, 'the detached daemon answers wg');
 

@@ -88,7 +88,7 @@ describe('daemon: wg-quick up/down with WG_QUICK_USERSPACE_IMPLEMENTATION=roamgu
     assert.equal(pids.length, 1, `one process serves ${socketPath}: ${JSON.stringify(pids)}`);
     const pid = pids[0];
     const cmd = commandLine(pid) ?? '';
-    assert.match(cmd, /roamguard\.ts wg --foreground/, `the detached daemon's command line: ${cmd}`);
+    assert.match(cmd, /(roamguard\.ts|launch\.mjs) wg --foreground/, `the detached daemon's command line: ${cmd}`);
     assert.ok(cmd.endsWith(ifname), `the daemon serves ${ifname}: ${cmd}`);
 
     // The config as wg shows it, and the link as wg-quick set it up.
