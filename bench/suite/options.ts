@@ -1,5 +1,5 @@
 /** Command-line options of `roamguard bench`. */
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { MAX_SCALE_PEERS } from './scale-types.ts';
 import { ROAMGUARD_BIN, SUBJECTS, TUNNEL_MTU } from './subjects.ts';
 
@@ -44,6 +44,8 @@ export interface BenchOptions {
   quick: boolean;
   /** Subject ids, in run order. */
   subjects: string[];
+  /** `--baseline DIR`: the checkout whose bin/roamguard the *-baseline subjects run. */
+  baseline?: string;
   /** Where the JSON, Markdown and SVG results go; undefined = do not save. */
   outDir: string | undefined;
 }
@@ -100,6 +102,8 @@ created afterwards, also on Ctrl-C. Full run: about 6 minutes on 2 cores; --quic
   --no-scale       skip the scale run
   --reverse        also measure B→A with one stream (iperf3 -R)
   --out DIR        directory for the results (default bench/results)
+  --baseline DIR   the checkout (e.g. a worktree of main before a change) that the subjects
+                   node-baseline and bun-baseline run, for before/after figures in one run
   --no-save        print only, write no files`;
 
 export function parseBenchArgs(args: readonly string[]): BenchOptions {
@@ -152,6 +156,7 @@ export function parseBenchArgs(args: readonly string[]): BenchOptions {
       case '--peers': opts.peers = atMost(positive(take(), name, true), MAX_SCALE_PEERS, name); break;
       case '--scale-rate': opts.scaleRate = nonNegative(take(), name); break;
       case '--out': opts.outDir = take(); break;
+      case '--baseline': opts.baseline = resolve(take()); break;
       case '--only': {
         const ids = take().split(',').map((s) => s.trim()).filter(Boolean);
         const unknown = ids.filter((id) => !SUBJECTS.some((s) => s.id === id));

@@ -8,6 +8,7 @@
  * topology's scope is cleaned up at the end, also on failure. Ctrl-C and SIGTERM are handled by
  * the namespace helpers' last-resort cleanup (processes by pid, then the namespaces).
  */
+import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { availableParallelism, cpus, hostname, loadavg, release, totalmem } from 'node:os';
 import {
@@ -350,7 +351,8 @@ async function measureSubject(spec: SubjectSpec, result: SubjectResult, ctx: Con
 /** Runs the suite; `progress` receives one line per step. Throws only when the topology fails. */
 export async function runBench(opts: BenchOptions, command: string, progress: Progress): Promise<BenchResults> {
   const started = new Date();
-  const specs = opts.subjects.map((id) => SUBJECTS.find((s) => s.id === id)!);
+  const specs = opts.subjects.map((id) => SUBJECTS.find((s) => s.id === id)!)
+    .map((spec) => spec.fromBaseline && opts.baseline ? { ...spec, bin: join(opts.baseline, 'bin', 'roamguard') } : spec);
   const results: SubjectResult[] = specs.map((spec) => ({
     id: spec.id, label: spec.label, kind: spec.kind, status: 'skipped', info: {}, runs: [], processes: [], counters: {},
   }));

@@ -55,7 +55,9 @@ async function sampleOnce(scope: Scope, ns: Namespace, spec: SubjectSpec, idleMs
   const ifname = uniqueName('rgs');
   const socket = join(WG_SOCKET_DIR, `${ifname}.sock`);
   scope.removeFileAtCleanup(socket);
-  const launch = launchSpec(implementationOf(spec), ifname, { threads: spec.threads, env: spec.env, logLevel: 'error' });
+  const launched = launchSpec(implementationOf(spec), ifname, { threads: spec.threads, env: spec.env, logLevel: 'error' });
+  // A baseline subject runs another checkout's entry point with the same arguments.
+  const launch = spec.bin ? { ...launched, command: spec.bin } : launched;
   const started = performance.now();
   const proc = scope.spawn(ns, launch.command, launch.args, { env: launch.env, label: launch.label });
   try {

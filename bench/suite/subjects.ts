@@ -44,6 +44,10 @@ export interface SubjectSpec {
   build?: 'modern' | 'debian';
   /** Part of a run without --only. */
   byDefault: boolean;
+  /** roamguard subjects: run another checkout's data plane (`--baseline DIR`) instead of this one's. */
+  fromBaseline?: boolean;
+  /** The entry point to run, set by the runner for baseline subjects; default ROAMGUARD_BIN. */
+  bin?: string;
 }
 
 /** The data path as it was before the offload work: piscina pool, node:dgram UDP, plain TUN. */
@@ -62,6 +66,9 @@ export const SUBJECTS: readonly SubjectSpec[] = [
   { id: 'node-piscina', label: 'roamguard node, piscina pool', kind: 'roamguard', runtime: 'node', env: { ROAMGUARD_POOL: 'piscina' }, byDefault: false },
   { id: 'node-before', label: 'roamguard node, before offloads', kind: 'roamguard', runtime: 'node', env: BEFORE_OFFLOADS, byDefault: false },
   { id: 'bun-before', label: 'roamguard bun, before offloads', kind: 'roamguard', runtime: 'bun', env: BEFORE_OFFLOADS, byDefault: false },
+  // Another checkout (`--baseline DIR`, e.g. a worktree of main before a change), in the same run.
+  { id: 'node-baseline', label: 'roamguard node, baseline checkout', kind: 'roamguard', runtime: 'node', fromBaseline: true, byDefault: false },
+  { id: 'bun-baseline', label: 'roamguard bun, baseline checkout', kind: 'roamguard', runtime: 'bun', fromBaseline: true, byDefault: false },
 ];
 
 /** The bun binary bin/roamguard would use, or undefined. */
@@ -75,6 +82,8 @@ export function unavailableReason(spec: SubjectSpec): string | undefined {
   if (spec.build === 'modern' && !hasWireGuardGoModern()) return `${WIREGUARD_GO_MODERN} not found: skipped (ratios are against Debian's wireguard-go)`;
   if (spec.build === 'debian' && !which('wireguard-go')) return 'wireguard-go is not installed (Debian package wireguard-go): skipped';
   if (spec.runtime === 'bun' && !bunBinary()) return 'bun is not installed (npm install bun): skipped';
+  if (spec.fromBaseline && spec.bin === undefined) return 'needs --baseline DIR (another checkout): skipped';
+  if (spec.fromBaseline && spec.bin !== undefined && !existsSync(spec.bin)) return `${spec.bin} not found: skipped`;
   return undefined;
 }
 
@@ -121,7 +130,7 @@ export async function startRoamguard(scope: Scope, ns: Namespace, spec: SubjectS
   if (spec.threads !== undefined) args.push('--threads', String(spec.threads));
   args.push(ifname);
   // verbose logs only lifecycle events (providers, threads, handshakes), never per packet.
-  const proc = scope.spawn(ns, ROAMGUARD_BIN, args, { env: { LOG_LEVEL: logLevel, ...spec.env }, label: `roamguard ${spec.runtime} ${ifname} in ${ns.name}` });
+  const proc = scope.spawn(ns, spec.bin ?? ROAMGUARD_BIN, args, { env: { LOG_LEVEL: logLevel, ...spec.env }, label: `roamguard ${spec.runtime} ${ifname} in ${ns.name}` });
   await waitUntilReady(ns, ifname, proc, 30_000);
   return { side, pid: proc.pid, comm: comm(proc.pid), ifname, process: proc };
 }
