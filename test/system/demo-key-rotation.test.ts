@@ -6,21 +6,11 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { run } from './netns.ts';
-import { REPO_ROOT, ROAMGUARD_BIN } from './userspace-wg.ts';
+import { runDemo as runDemoWith } from './demo-run.ts';
 
-function runDemo(args: string[]): Promise<{ code: number | null; output: string; pid: number }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(ROAMGUARD_BIN, ['demo', ...args], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (c: Buffer) => { output += c.toString(); });
-    child.stderr.on('data', (c: Buffer) => { output += c.toString(); });
-    const timer = setTimeout(() => { child.kill('SIGINT'); }, 400_000);
-    child.on('error', reject);
-    child.on('exit', (code) => { clearTimeout(timer); resolve({ code, output, pid: child.pid! }); });
-  });
-}
+const runDemo = (args: string[], asUser?: string) => runDemoWith(args, { timeoutMs: 400_000, asUser });
+
 
 describe('roamguard demo --scenario key-rotation', { timeout: 420_000 }, () => {
   test('rotates every node\'s key once, reports the pings lost (at most one second per peer), ends all green', async (t) => {

@@ -4,22 +4,11 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { run } from './netns.ts';
-import { REPO_ROOT, ROAMGUARD_BIN } from './userspace-wg.ts';
+import { runDemo as runDemoWith } from './demo-run.ts';
 
-function runDemo(args: string[], asUser?: string): Promise<{ code: number | null; output: string; pid: number }> {
-  return new Promise((resolve, reject) => {
-    const [cmd, argv] = asUser ? ['runuser', ['-u', asUser, '--', ROAMGUARD_BIN, 'demo', ...args]] : [ROAMGUARD_BIN, ['demo', ...args]];
-    const child = spawn(cmd, argv, { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (c: Buffer) => { output += c.toString(); });
-    child.stderr.on('data', (c: Buffer) => { output += c.toString(); });
-    const timer = setTimeout(() => { child.kill('SIGINT'); }, 280_000);
-    child.on('error', reject);
-    child.on('exit', (code) => { clearTimeout(timer); resolve({ code, output, pid: child.pid! }); });
-  });
-}
+const runDemo = (args: string[], asUser?: string) => runDemoWith(args, { timeoutMs: 280_000, asUser });
+
 
 describe('roamguard demo', { timeout: 300_000 }, () => {
   test('--once prints an all-green matrix, exits 0 and removes everything it built', async () => {
