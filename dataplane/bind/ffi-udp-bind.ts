@@ -343,50 +343,59 @@ class TxArea {
 }
 
 /**
- * One message of any size from a sticky source (sendmmsg with one entry: sendto cannot carry a
- * control message): `send` copies the datagram here, as the kernel needs a raw address for it.
+ * Messages of any size, each from a sticky source or none, to their own destinations (sendmmsg:
+ * sendto cannot carry a control message). `send` uses one slot; the send queue's flush fills them
+ * all, so a backlog after EAGAIN leaves in a few calls, not one per datagram. The datagrams are
+ * copied here, as the kernel needs a raw address for each.
  */
-class SourcedSendArea {
+class SendArea {
   readonly msgs: Uint8Array;
   private readonly msg32: Uint32Array;
-  private readonly iov32: Uint32Array;
-  private readonly name: Uint8Array;
-  private readonly control: Uint8Array;
-  private readonly data: Uint8Array;
+  private readonly base: number;
+  private readonly view: DataView;
+  private readonly bytes: Uint8Array;
 
-  constructor(libc: Libc) {
-    const iovOffset = MMSGHDR_SIZE;
-    const nameOffset = iovOffset + IOVEC_SIZE;
-    const controlOffset = nameOffset + NAME_SIZE;
-    const dataOffset = controlOffset + PKTINFO6_SPACE;
-    const buffer = new SharedArrayBuffer(dataOffset + 65536);
-    this.msgs = new Uint8Array(buffer, 0, MMSGHDR_SIZE);
-    this.msg32 = new Uint32Array(buffer, 0, MMSGHDR_SIZE / 4);
-    this.iov32 = new Uint32Array(buffer, iovOffset, IOVEC_SIZE / 4);
-    this.name = new Uint8Array(buffer, nameOffset, NAME_SIZE);
-    this.control = new Uint8Array(buffer, controlOffset, PKTINFO6_SPACE);
-    this.data = new Uint8Array(buffer, dataOffset, 65536);
-    const base = libc.address(new Uint8Array(buffer, 0, 1));
-    const view = new DataView(buffer);
-    view.setBigUint64(0, BigInt(base + nameOffset), true); // msg_name
-    view.setBigUint64(16, BigInt(base + iovOffset), true); // msg_iov
-    view.setBigUint64(24, 1n, true); // msg_iovlen
-    view.setBigUint64(32, BigInt(base + controlOffset), true); // msg_control
-    view.setBigUint64(iovOffset, BigInt(base + dataOffset), true); // iov_base
+  constructor(libc: Libc, readonly slots: number) {
+    const buffer = new SharedArrayBuffer(slots * (MMSGHDR_SIZE + SEND_SLOT_SIZE));
+    this.msgs = new Uint8Array(buffer, 0, slots * MMSGHDR_SIZE);
+    this.msg32 = new Uint32Array(buffer, 0, (slots * MMSGHDR_SIZE) / 4);
+    this.bytes = new Uint8Array(buffer);
+    this.view = new DataView(buffer);
+    this.base = libc.address(this.bytes.subarray(0, 1));
+    for (let i = 0; i < slots; i++) {
+      const m = i * MMSGHDR_SIZE, slot = this.slotOffset(i);
+      this.view.setBigUint64(m, BigInt(this.base + slot + IOVEC_SIZE), true); // msg_name
+      this.view.setBigUint64(m + 16, BigInt(this.base + slot), true); // msg_iov
+      this.view.setBigUint64(m + 24, 1n, true); // msg_iovlen
+      this.view.setBigUint64(m + 32, BigInt(this.base + slot + IOVEC_SIZE + NAME_SIZE), true); // msg_control
+      this.view.setBigUint64(slot, BigInt(this.base + slot + SEND_SLOT_HEADER), true); // iov_base
+    }
   }
 
-  /** Fills the message; false when the datagram cannot be a UDP datagram (the caller counts it). */
-  prepare(name: Uint8Array, datagram: Uint8Array, source: Uint8Array): boolean {
-    if (datagram.length > this.data.length) return false;
-    this.name.set(name);
-    this.msg32[2] = name.length; // msg_namelen
-    this.data.set(datagram);
-    this.iov32[2] = datagram.length; // iov_len
-    this.control.set(source);
-    this.msg32[10] = source.length; // msg_controllen
+  private slotOffset(i: number): number {
+    return this.slots * MMSGHDR_SIZE + i * SEND_SLOT_SIZE;
+  }
+
+  /** Fills message `i`; false when the datagram cannot be a UDP datagram (the caller counts it). */
+  prepare(i: number, name: Uint8Array, datagram: Uint8Array, source: Uint8Array | undefined): boolean {
+    if (datagram.length > SEND_SLOT_DATA) return false;
+    const slot = this.slotOffset(i), w = (i * MMSGHDR_SIZE) / 4;
+    this.bytes.set(name, slot + IOVEC_SIZE);
+    this.msg32[w + 2] = name.length; // msg_namelen
+    this.bytes.set(datagram, slot + SEND_SLOT_HEADER);
+    this.view.setBigUint64(slot + 8, BigInt(datagram.length), true); // iov_len
+    if (source !== undefined) this.bytes.set(source, slot + IOVEC_SIZE + NAME_SIZE);
+    this.msg32[w + 10] = source?.length ?? 0; // msg_controllen
     return true;
   }
 }
+
+/** A send slot: iovec, sockaddr, control (the sticky source), then the datagram. */
+const SEND_SLOT_HEADER = IOVEC_SIZE + NAME_SIZE + PKTINFO6_SPACE;
+const SEND_SLOT_DATA = 65536;
+const SEND_SLOT_SIZE = SEND_SLOT_HEADER + SEND_SLOT_DATA;
+/** Queued datagrams sent per sendmmsg when the queue is flushed. */
+const FLUSH_SLOTS = 64;
 
 /** Small datagrams sent while received ones are being delivered are collected, up to this many... */
 const DEFERRED_CAPACITY = 256;
@@ -570,7 +579,9 @@ export class FfiUdpBind implements Bind, Liveness {
   private libc: Libc | undefined;
   private tx: TxArea | undefined;
   private deferred: DeferredArea | undefined;
-  private sourcedArea: SourcedSendArea | undefined;
+  /** One slot for `send`; FLUSH_SLOTS for the send queue's flush. */
+  private soloArea: SendArea | undefined;
+  private flushArea: SendArea | undefined;
   /** True while received datagrams are being handed to the handler: small sends are collected (DeferredArea). */
   private delivering = false;
   private session: Session | undefined;
@@ -690,7 +701,8 @@ export class FfiUdpBind implements Bind, Liveness {
     const libc = (this.libc ??= this.options.libc ?? await loadLibc());
     this.tx ??= new TxArea(libc);
     this.deferred ??= new DeferredArea(libc);
-    this.sourcedArea ??= new SourcedSendArea(libc);
+    this.soloArea ??= new SendArea(libc, 1);
+    this.flushArea ??= new SendArea(libc, FLUSH_SLOTS);
     const { fd4, fd6, chosen } = this.bindSockets(libc, port);
     let wakeFd = -1;
     try {
@@ -1122,23 +1134,18 @@ export class FfiUdpBind implements Bind, Liveness {
   }
 
   /**
-   * One datagram now, from `to`'s sticky source if it has one (then through sendmmsg: sendto takes
-   * no control message); a refused source is cleared and the datagram sent again without it.
+   * One datagram now, from `to`'s sticky source if it has one; always a one-entry sendmmsg (sendto
+   * takes no control message), so there is one way to send alone. A refused source is cleared and
+   * the datagram sent again without it.
    * Returns 0 when sent, else the errno.
    */
   private sendNow(fd: number, to: Endpoint, name: Uint8Array, datagram: Uint8Array): number {
     const libc = this.libc!;
+    const area = this.soloArea!;
     for (;;) {
       const source = this.sourceControlOf(to);
-      let sent: boolean;
-      if (source === undefined) {
-        sent = libc.sendto(fd, datagram, datagram.length, MSG_DONTWAIT, name, name.length) >= 0;
-      } else {
-        const area = this.sourcedArea!;
-        if (!area.prepare(name, datagram, source)) return EMSGSIZE;
-        sent = libc.sendmmsg(fd, area.msgs, 1, MSG_DONTWAIT) === 1;
-      }
-      if (sent) return 0;
+      if (!area.prepare(0, name, datagram, source)) return EMSGSIZE;
+      if (libc.sendmmsg(fd, area.msgs, 1, MSG_DONTWAIT) === 1) return 0;
       const errno = libc.errno();
       if (errno === EINTR) continue;
       if (source !== undefined && SOURCE_GONE.has(errno)) {
@@ -1148,6 +1155,7 @@ export class FfiUdpBind implements Bind, Liveness {
       return errno;
     }
   }
+
 
   send(to: Endpoint, datagram: Uint8Array): void {
     const s = this.session;
@@ -1373,20 +1381,19 @@ export class FfiUdpBind implements Bind, Liveness {
     let progress = false;
     let blocked = false;
     for (const [queue, fd] of [[this.queue4, s.fd4], [this.queue6, s.fd6]] as const) {
-      while (!queue.empty) {
-        const { name, data, to } = queue.items[queue.head];
-        const errno = fd >= 0 ? this.sendNow(fd, to, name, data) : EBADF;
-        if (errno === 0) {
-          this.stats.sent++;
+      while (!queue.empty && !blocked) {
+        const sent = fd >= 0 ? this.sendQueued(fd, queue) : -EBADF;
+        if (sent > 0) {
+          this.stats.sent += sent;
           progress = true;
+          for (let k = 0; k < sent; k++) queue.items[queue.head++] = undefined as unknown as QueuedDatagram;
+        } else if (sent === -EAGAIN) {
+          blocked = true;
         } else {
-          if (errno === EAGAIN) {
-            blocked = true;
-            break;
-          }
+          // The first queued datagram cannot be sent (too large, or the socket refuses it): dropped.
           this.stats.sendErrors++;
+          queue.items[queue.head++] = undefined as unknown as QueuedDatagram;
         }
-        queue.items[queue.head++] = undefined as unknown as QueuedDatagram;
       }
       if (queue.empty) {
         queue.items.length = 0;
@@ -1395,6 +1402,37 @@ export class FfiUdpBind implements Bind, Liveness {
     }
     if (blocked) this.scheduleFlush(progress);
   };
+
+  /**
+   * Sends the datagrams at the head of `queue` with one sendmmsg (up to FLUSH_SLOTS): how many
+   * left, or -errno when the first did not. A refused sticky source of the first is cleared and
+   * the call made again, as in sendNow.
+   */
+  private sendQueued(fd: number, queue: SendQueue): number {
+    const libc = this.libc!;
+    const area = this.flushArea!;
+    for (;;) {
+      let n = 0;
+      let firstSource: Uint8Array | undefined;
+      while (n < area.slots && queue.head + n < queue.items.length) {
+        const { name, data, to } = queue.items[queue.head + n];
+        const source = this.sourceControlOf(to);
+        if (!area.prepare(n, name, data, source)) break;
+        if (n === 0) firstSource = source;
+        n++;
+      }
+      if (n === 0) return -EMSGSIZE;
+      const sent = libc.sendmmsg(fd, area.msgs, n, MSG_DONTWAIT);
+      if (sent > 0) return sent;
+      const errno = libc.errno();
+      if (errno === EINTR) continue;
+      if (firstSource !== undefined && SOURCE_GONE.has(errno)) {
+        this.clearSource(queue.items[queue.head].to);
+        continue;
+      }
+      return -errno;
+    }
+  }
 
   private dropQueued(): void {
     for (const queue of [this.queue4, this.queue6]) {
