@@ -26,18 +26,15 @@
 import { randomBytes } from 'node:crypto';
 import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
-import { clampPrivateKey, constantTimeEqual, keyToBase64 } from '../../dataplane/noise/keys.ts';
+import { clampPrivateKey, constantTimeEqual, generatePrivateKey, keyToBase64 } from '../../dataplane/noise/keys.ts';
 import type { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import type { SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
 import { privateKeyFileWrittenAtMs, readPrivateKeyFile, replacePrivateKeyFile } from '../identity/private-key.ts';
 import type { AgentLogger } from '../log.ts';
 
-/** A fresh clamped private key. */
+/** A fresh clamped private key (the data plane's generator, with node:crypto's randomness). */
 export function newPrivateKey(): Uint8Array {
-  const raw = randomBytes(32);
-  const key = clampPrivateKey(raw);
-  raw.fill(0);
-  return key;
+  return generatePrivateKey({ randomBytes: (n) => randomBytes(n) });
 }
 
 /** Whether the key written at `writtenAtMs` is due for rotation (`intervalS` 0 = never). */

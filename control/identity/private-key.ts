@@ -12,7 +12,7 @@
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fchmodSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { clampPrivateKey, keyFromBase64, keyToBase64 } from '../../dataplane/noise/keys.ts';
+import { generatePrivateKey, keyFromBase64, keyToBase64 } from '../../dataplane/noise/keys.ts';
 
 export class KeyFileError extends Error {
   constructor(message: string) {
@@ -27,7 +27,7 @@ export interface LoadedKey {
   created: boolean;
 }
 
-export function loadOrCreatePrivateKey(path: string, generate: () => Uint8Array = () => clampPrivateKey(randomBytes(32))): LoadedKey {
+export function loadOrCreatePrivateKey(path: string, generate: () => Uint8Array = () => generatePrivateKey({ randomBytes: (n) => randomBytes(n) })): LoadedKey {
   let mode: number | undefined;
   try {
     mode = statSync(path).mode;
