@@ -37,6 +37,9 @@ import { systemRunner, type CommandRunner } from '../host/runner.ts';
 import { globalUnicastAddresses } from '../host/node-addresses.ts';
 import { podCidrsFromSpec, readPodCidrFile, watchPodCidrFile, type PodCidrFileWatch } from '../host/pod-cidr-source.ts';
 import { configureTunnelInterface, reconcileRoutes, removeRoutes } from '../host/routes.ts';
+import { detectUplinkMtu } from '../host/uplink-mtu.ts';
+import { pingFits } from '../host/ping-probe.ts';
+import { dueProbes, MIN_PROBED_MTU, recordProbe, routesWithPathMtu, searchLargestFit, type PathMtuMemory, type ProbeTarget } from './path-mtu.ts';
 import { loadKubeConfig } from '../kube/kube-config.ts';
 import { NodeWatcher } from '../kube/node-watcher.ts';
 import { patchNodeAnnotations, readNode } from '../kube/node-patch.ts';
@@ -88,6 +91,12 @@ export class Agent implements AgentStatusSource {
   annotationsRestored = 0;
   /** Key rotations this agent completed (published and switched). */
   keyRotations = 0;
+  /** The tunnel's MTU: WG_MTU, or derived from the uplink (0 until the tunnel is set up). */
+  tunnelMtu = 0;
+  /** Each peer's learned path MTU through the tunnel (PATH_MTU_DISCOVERY; see path-mtu.ts). */
+  readonly pathMtus: PathMtuMemory = new Map();
+  /** Path-MTU probes run so far. */
+  pathMtuProbes = 0;
   get nodeName(): string { return this.settings.nodeName; }
   get informer(): NodeWatcher | undefined { return this.watcher; }
   get dataplane(): UapiClient | undefined { return this.uapi; }
@@ -129,6 +138,8 @@ export class Agent implements AgentStatusSource {
   private appliedRuleset = '';
   private appliedRoutes = '';
   private readonly rejectedLogged: Once = new Set();
+  /** Peers (base64 keys) with a path-MTU probe in flight. */
+  private readonly probing = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   private resyncTimer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
@@ -267,15 +278,29 @@ export class Agent implements AgentStatusSource {
     const families = splitCidrsByFamily(this.local.podCidrs);
     const enabled = await enableForwarding({ ipv4: families.v4.length > 0, ipv6: families.v6.length > 0 });
     if (enabled.length > 0) this.log.info('turned packet forwarding on', { families: enabled });
-    await configureTunnelInterface({ device: s.interfaceName, mtu: s.mtu, localPodCidrs: this.local.podCidrs, runner: this.runner });
+    await this.chooseTunnelMtu();
+    await configureTunnelInterface({ device: s.interfaceName, mtu: this.tunnelMtu, localPodCidrs: this.local.podCidrs, runner: this.runner });
     await this.writeCni();
     return status === 'started' || !keyMatches;
+  }
+
+  /** WG_MTU, or the uplink's MTU less WireGuard's overhead (uplink-mtu.ts); said when it changes. */
+  private async chooseTunnelMtu(): Promise<void> {
+    const s = this.settings;
+    if (s.mtu !== undefined) {
+      this.tunnelMtu = s.mtu;
+      return;
+    }
+    const uplink = await detectUplinkMtu(this.local.addresses, s.wgIpFamily, this.runner);
+    if (uplink.tunnelMtu === this.tunnelMtu) return;
+    this.log.info('tunnel MTU from the uplink', { mtu: uplink.tunnelMtu, link: uplink.link ?? '(none found: 1500 assumed)', linkMtu: uplink.linkMtu, how: uplink.how, wgIpFamily: s.wgIpFamily });
+    this.tunnelMtu = uplink.tunnelMtu;
   }
 
   private async writeCni(): Promise<void> {
     const s = this.settings;
     if (s.firewallOnly || this.local.podCidrs.length === 0) return;
-    const text = renderConflist({ name: 'roamguard', mtu: s.mtu, podCidrs: this.local.podCidrs, dataDir: s.cniIpamDataDir || undefined });
+    const text = renderConflist({ name: 'roamguard', mtu: this.tunnelMtu, podCidrs: this.local.podCidrs, dataDir: s.cniIpamDataDir || undefined });
     if (text === this.writtenConflist) return;
     if (await writeConflistAtomically(s.cniConfigPath, text)) this.log.info('wrote the CNI config', { path: s.cniConfigPath, podCidrs: this.local.podCidrs });
     this.writtenConflist = text;
@@ -381,6 +406,34 @@ export class Agent implements AgentStatusSource {
     this.privateKey = switched.privateKey;
     this.publicKey = switched.publicKey;
     this.keyRotations++;
+  }
+
+  /**
+   * Finds a peer's path MTU in the background (path-mtu.ts): DF-set pings to its gateway address,
+   * largest answered size wins. The pass that follows puts it on the peer's routes.
+   */
+  private probePathMtu(target: ProbeTarget, snapshot: DeviceSnapshot): void {
+    if (this.probing.has(target.key) || this.state === 'stopped') return;
+    this.probing.add(target.key);
+    const endpoint = snapshot.peers.find((p) => keyToBase64(p.publicKey) === target.key)?.endpoint?.toString();
+    const high = this.tunnelMtu;
+    void searchLargestFit(Math.min(MIN_PROBED_MTU, high), high, (size) => {
+      this.pathMtuProbes++;
+      return pingFits(target.address, size, this.runner);
+    }).then((mtu) => {
+      const { changed, before } = recordProbe(this.pathMtus, target, endpoint, mtu, Date.now());
+      if (mtu === undefined) {
+        this.log.info('path MTU probe got no answer at any size; keeping what was known', { node: target.nodeName, target: target.address, reason: target.reason, known: before });
+      } else if (changed) {
+        const level = mtu < high ? 'warn' : 'info';
+        this.log[level](mtu < high ? 'the path to a peer carries less than the tunnel MTU: its routes get the smaller MTU' : 'the path to a peer carries the whole tunnel MTU', {
+          node: target.nodeName, pathMtu: mtu, tunnelMtu: high, before, reason: target.reason, endpoint,
+        });
+        this.schedule(false);
+      }
+    }).catch((err: Error) => {
+      this.log.warn('path MTU probe failed', { node: target.nodeName, error: err.message });
+    }).finally(() => this.probing.delete(target.key));
   }
 
   /** Logs peers that lost or regained a working session (see reachability.ts). */
@@ -499,14 +552,18 @@ export class Agent implements AgentStatusSource {
           ...(action.kind === 'update' ? { added: action.added, removed: action.removed, endpointSet: action.endpoint !== undefined } : { allowedIps: action.peer.allowedIps, carriedEndpoint: action.carriedEndpoint }),
         });
       }
-      const routesKey = JSON.stringify(mesh.tunnelRoutes);
+      const due = s.pathMtuDiscovery ? dueProbes(mesh.peers, mesh.tunnelRoutes, snapshot, this.pathMtus, Date.now()) : [];
+      const wantedRoutes = routesWithPathMtu(mesh.tunnelRoutes, mesh.peers, this.pathMtus, this.tunnelMtu, s.pathMtuDiscovery);
+      const routesKey = JSON.stringify(wantedRoutes);
       if (full || routesKey !== this.appliedRoutes) {
-        const routes = await reconcileRoutes({ device: s.interfaceName, cidrs: mesh.tunnelRoutes, runner: this.runner });
+        const routes = await reconcileRoutes({ device: s.interfaceName, cidrs: wantedRoutes, runner: this.runner });
         const conflicts = newOnes(this.conflictsLogged, routes.conflicts.map((c) => ({ id: `${c.dst}\n${c.existing}`, item: c })));
         for (const c of conflicts) this.log.warn('not routing a pod CIDR into the tunnel: a route that is not the agent\'s already goes there, and the agent never replaces one', { destination: c.dst, existing: c.existing });
         this.routeConflicts += conflicts.length;
         this.appliedRoutes = routesKey;
       }
+      // After the routes: each probe needs the host route to its peer's gateway.
+      for (const target of due) this.probePathMtu(target, snapshot);
       await this.writeCni();
     }
 
@@ -515,6 +572,7 @@ export class Agent implements AgentStatusSource {
     const ruleset = renderRuleset({
       tableName: s.nftTable, masquerade: s.masquerade, filter: s.filter,
       clusterPodCidrs: { v4: split.v4, v6: split.v6 }, localPodCidrs: { v4: local.v4, v6: local.v6 },
+      clampMssTo: !s.firewallOnly && s.pathMtuDiscovery ? s.interfaceName : undefined,
     });
     if (full || ruleset !== this.appliedRuleset) {
       await applyRuleset(ruleset, this.runner);

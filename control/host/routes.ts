@@ -57,38 +57,78 @@ function parseJsonArray(text: string, what: string): unknown[] {
   return value;
 }
 
+/** A route the agent wants on the tunnel: a destination and, when the path to it is narrower, its MTU. */
+export interface WantedRoute {
+  dst: string;
+  mtu?: number;
+}
+
 /**
- * Destinations in `ip -j route show` output, canonical ("10.9.1.5" → "10.9.1.5/32"). Entries
- * without a destination address ("default", "unreachable", multicast) are not ours and skipped.
+ * Routes in `ip -j route show` output, destinations canonical ("10.9.1.5" → "10.9.1.5/32"), with
+ * their MTU metric when they have one. Entries without a destination address ("default",
+ * "unreachable", multicast) are not ours and skipped.
  */
-export function parseRouteDestinations(json: string): string[] {
-  const out: string[] = [];
+export function parseRoutes(json: string): WantedRoute[] {
+  const out: WantedRoute[] = [];
   for (const entry of parseJsonArray(json, '`ip -j route` output')) {
-    const dst = (entry as { dst?: unknown }).dst;
-    if (typeof dst !== 'string' || dst === 'default') continue;
+    const e = entry as { dst?: unknown; metrics?: unknown };
+    if (typeof e.dst !== 'string' || e.dst === 'default') continue;
+    let dst: string;
     try {
-      out.push(formatPrefix(parsePrefix(dst)));
-    } catch { /* not an address route */ }
+      dst = formatPrefix(parsePrefix(e.dst));
+    } catch {
+      continue; // not an address route
+    }
+    const metrics = Array.isArray(e.metrics) ? e.metrics as Array<{ mtu?: unknown }> : [];
+    const mtu = metrics.map((m) => m?.mtu).find((m): m is number => typeof m === 'number');
+    out.push(mtu === undefined ? { dst } : { dst, mtu });
   }
   return out;
+}
+
+/** Destinations in `ip -j route show` output, canonical (see {@link parseRoutes}). */
+export function parseRouteDestinations(json: string): string[] {
+  return parseRoutes(json).map((r) => r.dst);
 }
 
 export interface RouteReconcileOptions {
   /** The tunnel interface. */
   device: string;
-  /** Remote pod CIDRs (either family); summarized before use. */
-  cidrs: readonly string[];
+  /**
+   * Remote pod CIDRs (either family), each optionally with the MTU its route carries; summarized
+   * before use (only routes with the same MTU are merged).
+   */
+  cidrs: ReadonlyArray<string | WantedRoute>;
   /** Default {@link DEFAULT_ROUTE_PROTOCOL}. */
   protocol?: number;
   runner?: CommandRunner;
 }
 
-/** Our routes (this protocol) on `device` of one family, canonical. */
-export async function listOwnRoutes(device: string, family: 4 | 6, protocol = DEFAULT_ROUTE_PROTOCOL, runner: CommandRunner = systemRunner): Promise<string[]> {
+/** Our routes (this protocol) on `device` of one family, canonical, with their MTUs. */
+export async function listOwnRoutes(device: string, family: 4 | 6, protocol = DEFAULT_ROUTE_PROTOCOL, runner: CommandRunner = systemRunner): Promise<WantedRoute[]> {
   validateDeviceName(device);
   validateProtocol(protocol);
   const result = await runChecked(runner, `list routes on ${device}`, 'ip', ['-j', `-${family}`, 'route', 'show', 'dev', device, 'proto', String(protocol)]);
-  return parseRouteDestinations(result.stdout);
+  return parseRoutes(result.stdout);
+}
+
+/** Summarizes each MTU's routes on their own (merging two routes must not change either's MTU). */
+function summarizeWanted(cidrs: ReadonlyArray<string | WantedRoute>): WantedRoute[] {
+  const byMtu = new Map<number | undefined, string[]>();
+  for (const c of cidrs) {
+    const route = typeof c === 'string' ? { dst: c } : c;
+    if (route.mtu !== undefined && (!Number.isInteger(route.mtu) || route.mtu < 576 || route.mtu > 65535)) {
+      throw new Error(`route MTU must be an integer 576..65535, got ${route.mtu} for ${route.dst}`);
+    }
+    let list = byMtu.get(route.mtu);
+    if (!list) byMtu.set(route.mtu, list = []);
+    list.push(route.dst);
+  }
+  const out: WantedRoute[] = [];
+  for (const [mtu, list] of byMtu) {
+    for (const p of summarizePrefixes(parseCidrList(list, 'route CIDRs'))) out.push(mtu === undefined ? { dst: formatPrefix(p) } : { dst: formatPrefix(p), mtu });
+  }
+  return out;
 }
 
 /** A route to a destination we wanted that belongs to someone else (the kernel, an admin, a daemon). */
@@ -124,31 +164,42 @@ export function foreignRoutes(json: string, dst: string, device: string, protoco
 }
 
 export interface RouteReport extends ReconcileReport {
+  /** Ours already, with another MTU now (`ip route change`). */
+  changed: string[];
   /** Wanted destinations left alone because a route that is not ours already goes there. */
   conflicts: RouteConflict[];
 }
 
 /**
- * Makes the routes with our protocol on `device` exactly the given CIDRs: missing ones are added
- * (`ip route add`), extra ones deleted. A destination that already has a route that is not ours
- * is a conflict: reported, nothing changed (never `replace`). Each family is listed and changed
- * on its own.
+ * Makes the routes with our protocol on `device` exactly the given CIDRs with their MTUs: missing
+ * ones are added (`ip route add`), ours with another MTU changed (`ip route change`), extra ones
+ * deleted. A destination that already has a route that is not ours is a conflict: reported,
+ * nothing changed (never `replace`). Each family is listed and changed on its own.
  */
 export async function reconcileRoutes(options: RouteReconcileOptions): Promise<RouteReport> {
   const device = validateDeviceName(options.device);
   const protocol = validateProtocol(options.protocol ?? DEFAULT_ROUTE_PROTOCOL);
   const runner = options.runner ?? systemRunner;
-  const desired = summarizePrefixes(parseCidrList(options.cidrs, 'route CIDRs'));
-  for (const p of desired) {
+  const desired = summarizeWanted(options.cidrs);
+  for (const r of desired) {
     // A /0 through the tunnel would take the host's own default route, and its underlay with it.
-    if (p.bits === 0) throw new Error(`refusing to route ${formatPrefix(p)} through ${device}`);
+    if (parsePrefix(r.dst).bits === 0) throw new Error(`refusing to route ${r.dst} through ${device}`);
   }
-  const report: RouteReport = { added: [], removed: [], conflicts: [] };
+  const mtuArgs = (r: WantedRoute) => (r.mtu === undefined ? [] : ['mtu', String(r.mtu)]);
+  const report: RouteReport = { added: [], removed: [], changed: [], conflicts: [] };
   for (const family of [4, 6] as const) {
-    const want = desired.filter((p) => prefixFamily(p) === family).map(formatPrefix);
+    const want = desired.filter((r) => prefixFamily(parsePrefix(r.dst)) === family);
     const have = await listOwnRoutes(device, family, protocol, runner);
-    for (const dst of want) {
-      if (have.includes(dst)) continue;
+    for (const route of want) {
+      const dst = route.dst;
+      const mine = have.find((h) => h.dst === dst);
+      if (mine) {
+        if (mine.mtu === route.mtu) continue;
+        // Our own route (this protocol, this device): changing it in place never cuts traffic.
+        await runChecked(runner, `set the MTU of the route to ${dst}`, 'ip', [`-${family}`, 'route', 'change', dst, 'dev', device, 'proto', String(protocol), ...mtuArgs(route)]);
+        report.changed.push(dst);
+        continue;
+      }
       const existing = await runChecked(runner, `list routes to ${dst}`, 'ip', ['-j', `-${family}`, 'route', 'show', 'exact', dst]);
       const conflicts = foreignRoutes(existing.stdout, dst, device, protocol);
       if (conflicts.length > 0) {
@@ -157,7 +208,7 @@ export async function reconcileRoutes(options: RouteReconcileOptions): Promise<R
       }
       // `add`, not `replace`: should a route appear between the listing and now, the kernel
       // refuses (EEXIST) and that is a conflict too.
-      const added = await runner('ip', [`-${family}`, 'route', 'add', dst, 'dev', device, 'proto', String(protocol)]);
+      const added = await runner('ip', [`-${family}`, 'route', 'add', dst, 'dev', device, 'proto', String(protocol), ...mtuArgs(route)]);
       if (added.code !== 0 && /File exists/i.test(added.stderr)) {
         report.conflicts.push({ dst, existing: 'a route created meanwhile' });
         continue;
@@ -165,8 +216,8 @@ export async function reconcileRoutes(options: RouteReconcileOptions): Promise<R
       if (added.code !== 0) throw new Error(`cannot add the route to ${dst}: ${added.command} exited ${added.code}: ${added.stderr.trim()}`);
       report.added.push(dst);
     }
-    for (const dst of have) {
-      if (want.includes(dst)) continue;
+    for (const { dst } of have) {
+      if (want.some((r) => r.dst === dst)) continue;
       await runChecked(runner, `remove the route to ${dst}`, 'ip', [`-${family}`, 'route', 'del', dst, 'dev', device, 'proto', String(protocol)]);
       report.removed.push(dst);
     }
