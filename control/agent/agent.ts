@@ -27,7 +27,7 @@ import { judgeReachability, type ReachabilityMemory } from './reachability.ts';
 import { observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
 import { annotationDrift, forceEndpointChange, ownAnnotations, restorePatch, type AnnotationPatch } from './own-annotations.ts';
 import { newOnes, type Once } from './once.ts';
-import { followKeyFile, rotationPendingAtStart, watchKeyFile } from './key-rotation.ts';
+import { followKeyFile, kickRequest, rotationPendingAtStart, watchKeyFile } from './key-rotation.ts';
 import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
 import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import { renderConflist, writeConflistAtomically } from '../host/cni-config.ts';
@@ -540,8 +540,14 @@ export class Agent implements AgentStatusSource {
       const snapshot = await this.uapi!.get();
       const plan = planReconcile(mesh.peers, snapshot, this.memory, {
         collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(),
+        aliveWindowMs: Math.max(10_000, 2 * s.persistentKeepalive * 1000),
       });
       if (plan.request) await this.uapi!.set(plan.request);
+      // A peer given a new endpoint gets a packet there now: it then answers on the new path,
+      // instead of its next keepalive on the old one roaming us back before we ever used it.
+      const moved = plan.actions.flatMap((a) => (a.kind === 'update' && a.endpoint !== undefined ? [{ publicKey: a.peer.publicKeyBytes, persistentKeepalive: a.peer.persistentKeepalive }] : []));
+      const kick = kickRequest(moved);
+      if (kick) await this.uapi!.set(kick);
       await this.publishDiscovered(mesh, snapshot);
       this.checkReachability(mesh, snapshot);
       this.workingHere = workingAtOwnAddress(mesh.peers, snapshot, Date.now());
