@@ -32,6 +32,8 @@ export const REPROBE_INTERVAL_MS = 10 * 60_000;
 export const STALL_REPROBE_AFTER_MS = 30_000;
 /** Bytes sent between two looks, with nothing received, that count as "traffic stalls". */
 export const STALL_TX_BYTES = 4096;
+/** Looks closer together than this (passes come in bursts on Node events) do not count. */
+export const LOOK_INTERVAL_MS = 4000;
 
 export type ProbeReason = 'first' | 'endpoint-changed' | 'stall' | 'periodic';
 
@@ -46,6 +48,8 @@ export interface PeerPathMtu {
   endpoint: string | undefined;
   lastTx: number;
   lastRx: number;
+  /** When the counters above were read (wall ms). */
+  lastLookMs: number;
   /** Looks in a row with bytes out and none in. */
   flatLooks: number;
 }
@@ -93,12 +97,15 @@ export function dueProbes(
     const address = probeAddress(peer, routed);
     if (address === undefined) continue;
     let m = memory.get(key);
-    if (!m) memory.set(key, m = { mtu: undefined, probedAtMs: 0, reason: undefined, endpoint: undefined, lastTx: seen.txBytes, lastRx: seen.rxBytes, flatLooks: 0 });
-    const sent = seen.txBytes - m.lastTx;
-    const received = seen.rxBytes - m.lastRx;
-    m.flatLooks = sent >= STALL_TX_BYTES && received === 0 ? m.flatLooks + 1 : 0;
-    m.lastTx = seen.txBytes;
-    m.lastRx = seen.rxBytes;
+    if (!m) memory.set(key, m = { mtu: undefined, probedAtMs: 0, reason: undefined, endpoint: undefined, lastTx: seen.txBytes, lastRx: seen.rxBytes, lastLookMs: nowWallMs, flatLooks: 0 });
+    if (nowWallMs - m.lastLookMs >= LOOK_INTERVAL_MS) {
+      const sent = seen.txBytes - m.lastTx;
+      const received = seen.rxBytes - m.lastRx;
+      m.flatLooks = sent >= STALL_TX_BYTES && received === 0 ? m.flatLooks + 1 : 0;
+      m.lastTx = seen.txBytes;
+      m.lastRx = seen.rxBytes;
+      m.lastLookMs = nowWallMs;
+    }
     const working = seen.lastHandshakeWallMs > 0 && nowWallMs - seen.lastHandshakeWallMs < RECENT_HANDSHAKE_MS;
     if (!working) continue;
     const endpoint = seen.endpoint?.toString();

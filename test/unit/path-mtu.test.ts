@@ -74,6 +74,8 @@ describe('path MTU: when to probe (injected clock)', () => {
     recordProbe(memory, first, '203.0.113.20:51824', undefined, NOW);
     assert.equal(memory.get(K1)!.mtu, undefined, 'no answer at any size: nothing learned');
     assert.deepEqual(dueProbes(mesh, tunnelRoutes, at(NOW + 5000, 100_000, 0), memory, NOW + 5000), [], 'one flat look');
+    dueProbes(mesh, tunnelRoutes, at(NOW + 5100, 110_000, 0), memory, NOW + 5100);
+    assert.equal(memory.get(K1)!.flatLooks, 1, 'a look 100 ms after the last (a burst of passes) does not count');
     assert.deepEqual(dueProbes(mesh, tunnelRoutes, at(NOW + 10_000, 200_000, 0), memory, NOW + 10_000), [], 'two flat looks, but the last probe was 10 s ago');
     const stalled = dueProbes(mesh, tunnelRoutes, at(NOW + STALL_REPROBE_AFTER_MS, 300_000, 0), memory, NOW + STALL_REPROBE_AFTER_MS);
     assert.deepEqual(stalled.map((t) => t.reason), ['stall']);
@@ -125,8 +127,8 @@ describe('path MTU: the search', () => {
 
 describe('path MTU: routes', () => {
   test('a learned MTU below the tunnel\'s goes on every routed pod CIDR of that peer; each peer gets a probe host route without MTU', () => {
-    const memory: PathMtuMemory = new Map([[K1, { mtu: 1216, probedAtMs: NOW, reason: 'first', endpoint: undefined, lastTx: 0, lastRx: 0, flatLooks: 0 }],
-      [K2, { mtu: 1420, probedAtMs: NOW, reason: 'first', endpoint: undefined, lastTx: 0, lastRx: 0, flatLooks: 0 }]]);
+    const memory: PathMtuMemory = new Map([[K1, { mtu: 1216, probedAtMs: NOW, reason: 'first', endpoint: undefined, lastTx: 0, lastRx: 0, lastLookMs: NOW, flatLooks: 0 }],
+      [K2, { mtu: 1420, probedAtMs: NOW, reason: 'first', endpoint: undefined, lastTx: 0, lastRx: 0, lastLookMs: NOW, flatLooks: 0 }]]);
     assert.deepEqual(routesWithPathMtu(tunnelRoutes, mesh, memory, 1420, true), [
       { dst: '10.244.2.0/24', mtu: 1216 }, { dst: 'fd00:10:244:2::/64', mtu: 1216 }, { dst: 'fd00:10:244:3::/64' },
       { dst: '10.244.2.1/32' }, { dst: 'fd00:10:244:3::1/128' },
