@@ -15,7 +15,8 @@
  * Probes go to a host route of their own (the gateway address, no MTU), so a re-probe can find a
  * path that has grown since. When: once a peer has a working session; again when its endpoint
  * changes (a roam, a new NAT mapping: maybe another path), when traffic to it stalls (bytes go
- * out, nothing comes back for two looks in a row), and every REPROBE_INTERVAL_MS.
+ * out, nothing comes back for two looks in a row), every REPROBE_INTERVAL_MS, and soon after a
+ * probe that got no answer at all (NO_ANSWER_RETRY_MS).
  */
 import { keyToBase64 } from '../../dataplane/noise/keys.ts';
 import { formatIp, parsePrefix } from '../../dataplane/net/ip.ts';
@@ -28,6 +29,11 @@ import { RECENT_HANDSHAKE_MS } from '../mesh/reconcile.ts';
 /** The smallest inner size searched: a 1280-byte outer path less IPv6 outer overhead. */
 export const MIN_PROBED_MTU = 1200;
 export const REPROBE_INTERVAL_MS = 10 * 60_000;
+/**
+ * A probe nobody answered at any size is tried again this soon: right after the first handshake
+ * the peer's agent may not have its route back to us yet, so the echo replies go elsewhere.
+ */
+export const NO_ANSWER_RETRY_MS = 10_000;
 /** A stall re-probe waits this long after the last probe (a stalled peer stays stalled while we look). */
 export const STALL_REPROBE_AFTER_MS = 30_000;
 /** Bytes sent between two looks, with nothing received, that count as "traffic stalls". */
@@ -35,7 +41,7 @@ export const STALL_TX_BYTES = 4096;
 /** Looks closer together than this (passes come in bursts on Node events) do not count. */
 export const LOOK_INTERVAL_MS = 4000;
 
-export type ProbeReason = 'first' | 'endpoint-changed' | 'stall' | 'periodic';
+export type ProbeReason = 'first' | 'no-answer' | 'endpoint-changed' | 'stall' | 'periodic';
 
 export interface PeerPathMtu {
   /** The learned inner MTU; undefined until a probe got an answer. */
@@ -44,6 +50,8 @@ export interface PeerPathMtu {
   probedAtMs: number;
   /** Why the last probe ran. */
   reason: ProbeReason | undefined;
+  /** The last probe got no answer at any size. */
+  unanswered?: boolean;
   /** The endpoint at the last probe. */
   endpoint: string | undefined;
   lastTx: number;
@@ -112,6 +120,7 @@ export function dueProbes(
     let reason: ProbeReason | undefined;
     if (m.probedAtMs === 0) reason = 'first';
     else if (endpoint !== m.endpoint) reason = 'endpoint-changed';
+    else if (m.unanswered && nowWallMs - m.probedAtMs >= NO_ANSWER_RETRY_MS) reason = 'no-answer';
     else if (m.flatLooks >= 2 && nowWallMs - m.probedAtMs >= STALL_REPROBE_AFTER_MS) reason = 'stall';
     else if (nowWallMs - m.probedAtMs >= REPROBE_INTERVAL_MS) reason = 'periodic';
     if (reason) due.push({ key, nodeName: peer.nodeName, address, reason });
@@ -128,6 +137,7 @@ export function recordProbe(memory: PathMtuMemory, target: ProbeTarget, endpoint
   m.reason = target.reason;
   m.endpoint = endpoint;
   m.flatLooks = 0;
+  m.unanswered = mtu === undefined;
   if (mtu !== undefined) m.mtu = mtu;
   return { changed: m.mtu !== before, before };
 }

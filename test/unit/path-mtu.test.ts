@@ -11,7 +11,7 @@ import { keyFromBase64, keyToBase64 } from '../../dataplane/noise/keys.ts';
 import type { DeviceSnapshot, PeerSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
 import type { DesiredPeer } from '../../control/mesh/desired-peers.ts';
 import {
-  dueProbes, probeAddress, recordProbe, REPROBE_INTERVAL_MS, routesWithPathMtu, searchLargestFit, STALL_REPROBE_AFTER_MS, type PathMtuMemory,
+  dueProbes, NO_ANSWER_RETRY_MS, probeAddress, recordProbe, REPROBE_INTERVAL_MS, routesWithPathMtu, searchLargestFit, STALL_REPROBE_AFTER_MS, type PathMtuMemory,
 } from '../../control/agent/path-mtu.ts';
 import { chooseUplinkMtu } from '../../control/host/uplink-mtu.ts';
 import { pingArguments } from '../../control/host/ping-probe.ts';
@@ -71,8 +71,7 @@ describe('path MTU: when to probe (injected clock)', () => {
     const memory: PathMtuMemory = new Map();
     const at = (t: number, tx: number, rx: number) => device([{ key: K1, endpoint: '203.0.113.20:51824', handshake: t - 1000, tx, rx }]);
     const [first] = dueProbes(mesh, tunnelRoutes, at(NOW, 0, 0), memory, NOW);
-    recordProbe(memory, first, '203.0.113.20:51824', undefined, NOW);
-    assert.equal(memory.get(K1)!.mtu, undefined, 'no answer at any size: nothing learned');
+    recordProbe(memory, first, '203.0.113.20:51824', 1420, NOW);
     assert.deepEqual(dueProbes(mesh, tunnelRoutes, at(NOW + 5000, 100_000, 0), memory, NOW + 5000), [], 'one flat look');
     dueProbes(mesh, tunnelRoutes, at(NOW + 5100, 110_000, 0), memory, NOW + 5100);
     assert.equal(memory.get(K1)!.flatLooks, 1, 'a look 100 ms after the last (a burst of passes) does not count');
@@ -84,6 +83,19 @@ describe('path MTU: when to probe (injected clock)', () => {
     dueProbes(mesh, tunnelRoutes, at(later, 400_000, 0), memory, later);
     assert.deepEqual(dueProbes(mesh, tunnelRoutes, at(later + 5000, 500_000, 10), memory, later + 5000), [], 'something came back: no stall');
     assert.deepEqual(dueProbes(mesh, tunnelRoutes, at(later + 10_000, 500_100, 10), memory, later + 10_000), [], 'a trickle out is no stall');
+  });
+
+  test('a probe nobody answered is tried again after 10 s; an answered one is not', () => {
+    const memory: PathMtuMemory = new Map();
+    const at = (t: number) => device([{ key: K1, endpoint: '203.0.113.20:51824', handshake: t - 1000 }]);
+    const [first] = dueProbes(mesh, tunnelRoutes, at(NOW), memory, NOW);
+    recordProbe(memory, first, '203.0.113.20:51824', undefined, NOW);
+    assert.equal(memory.get(K1)!.mtu, undefined, 'no answer at any size: nothing learned');
+    assert.deepEqual(dueProbes(mesh, tunnelRoutes, at(NOW + NO_ANSWER_RETRY_MS - 1), memory, NOW + NO_ANSWER_RETRY_MS - 1), []);
+    const again = dueProbes(mesh, tunnelRoutes, at(NOW + NO_ANSWER_RETRY_MS), memory, NOW + NO_ANSWER_RETRY_MS);
+    assert.deepEqual(again.map((t) => t.reason), ['no-answer'], 'the peer may not have had its route back to us yet');
+    recordProbe(memory, again[0], '203.0.113.20:51824', 1216, NOW + NO_ANSWER_RETRY_MS);
+    assert.deepEqual(dueProbes(mesh, tunnelRoutes, at(NOW + 3 * NO_ANSWER_RETRY_MS), memory, NOW + 3 * NO_ANSWER_RETRY_MS), []);
   });
 
   test('probe address: the gateway of the first routed pod CIDR (IPv4 first); a peer without routed pod CIDRs is not probed; gone peers are forgotten', () => {
