@@ -423,11 +423,19 @@ export class Agent implements AgentStatusSource {
 
   private async pass(full: boolean): Promise<void> {
     const started = Date.now();
+    const cpu = process.cpuUsage();
+    const uapi = this.uapi ? { ...this.uapi.traffic } : undefined;
     try {
       await this.reconcile(full);
       this.recordPassDuration(started);
       this.reconciles++;
-      this.log.debug('reconciled', { ms: Date.now() - started });
+      // What one pass costs (the agent-scale bench reads these): time, this process's CPU, control socket traffic.
+      const used = process.cpuUsage(cpu);
+      const t = this.uapi?.traffic;
+      this.log.debug('reconciled', {
+        ms: Date.now() - started, full, cpuMs: Math.round((used.user + used.system) / 1000), peers: this.lastMesh?.peers.size,
+        ...(uapi && t ? { uapiOperations: t.operations - uapi.operations, uapiBytesSent: t.bytesSent - uapi.bytesSent, uapiBytesReceived: t.bytesReceived - uapi.bytesReceived, uapiMs: Math.round(t.ms - uapi.ms) } : {}),
+      });
     } catch (err) {
       this.recordPassDuration(started);
       this.reconcileErrors++;

@@ -32,7 +32,18 @@ export class UapiError extends Error {
 const EINVAL = -22;
 const EPROTO = -71;
 
+/** What one client has exchanged so far (the agent reports it per reconcile pass). */
+export interface UapiTraffic {
+  operations: number;
+  bytesSent: number;
+  bytesReceived: number;
+  /** Summed round-trip time, ms. */
+  ms: number;
+}
+
 export class UapiClient {
+  readonly traffic: UapiTraffic = { operations: 0, bytesSent: 0, bytesReceived: 0, ms: 0 };
+
   constructor(readonly socketPath: string, private readonly timeoutMs = 5000) {}
 
   static forInterface(socketDir: string, ifname: string, timeoutMs?: number): UapiClient {
@@ -42,6 +53,7 @@ export class UapiClient {
   /** Sends one whole operation (`text` ends with its empty line); resolves with the answer, through its `errno=` line. */
   exchange(text: string): Promise<string> {
     return new Promise((resolve, reject) => {
+      const started = performance.now();
       const socket = connect(this.socketPath);
       let answer = '';
       let settled = false;
@@ -50,6 +62,11 @@ export class UapiClient {
         settled = true;
         clearTimeout(timer);
         socket.destroy();
+        this.traffic.operations++;
+        // The protocol is ASCII: characters are bytes.
+        this.traffic.bytesSent += text.length;
+        this.traffic.bytesReceived += answer.length;
+        this.traffic.ms += performance.now() - started;
         if (err) reject(err);
         else resolve(value!);
       };
