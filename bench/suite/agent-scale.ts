@@ -69,7 +69,11 @@ export interface PassRecord {
   uapiBytesSent?: number;
   uapiBytesReceived?: number;
   uapiMs?: number;
+  /** The agent's steps (local, mesh, read, plan, set, observe, routes, nft), ms. */
+  steps: Record<string, number>;
 }
+
+const STEP_NAMES = ['local', 'mesh', 'read', 'plan', 'set', 'observe', 'routes', 'nft'] as const;
 
 export interface PassSummary {
   passes: number;
@@ -84,6 +88,8 @@ export interface PassSummary {
   /** Full passes alone (the periodic resync). */
   fullMedianMs: number;
   fullMedianCpuMs: number;
+  /** Mean ms per pass of each step. */
+  meanStepMs: Record<string, number>;
 }
 
 export interface WindowFigures {
@@ -202,6 +208,7 @@ function followPasses(agent: NsProcess, passes: PassRecord[], lines: string[]): 
       peers: record.peers as number | undefined, uapiOperations: record.uapiOperations as number | undefined,
       uapiBytesSent: record.uapiBytesSent as number | undefined, uapiBytesReceived: record.uapiBytesReceived as number | undefined,
       uapiMs: record.uapiMs as number | undefined,
+      steps: Object.fromEntries(STEP_NAMES.map((n) => [n, Number(record[`${n}Ms`] ?? 0)])),
     });
   });
 }
@@ -219,6 +226,7 @@ function summarizePasses(passes: readonly PassRecord[]): PassSummary {
     medianUapiMs: median(passes.map((p) => p.uapiMs ?? 0)),
     fullMedianMs: median(full.map((p) => p.ms)),
     fullMedianCpuMs: median(full.map((p) => p.cpuMs)),
+    meanStepMs: Object.fromEntries(STEP_NAMES.map((n) => [n, passes.length === 0 ? 0 : passes.reduce((sum, p) => sum + (p.steps[n] ?? 0), 0) / passes.length])),
   };
 }
 
@@ -389,11 +397,13 @@ export function renderAgentScale(results: readonly AgentScaleResult[], command: 
     row('full resync pass: time / CPU (median)', (r) => `${ms(r.steady.passes.fullMedianMs)} / ${ms(r.steady.passes.fullMedianCpuMs)}`),
     row('steady: passes/min (full)', (r) => `${rate(r.steady.passes.passes / (r.steady.seconds / 60))} (${rate(r.steady.passes.full / (r.steady.seconds / 60))})`),
     row('steady: pass time / CPU (median)', (r) => `${ms(r.steady.passes.medianMs)} / ${ms(r.steady.passes.medianCpuMs)}`),
+    row('steady: mean ms per pass by step', (r) => STEP_NAMES.map((n) => `${n} ${Math.round(r.steady.passes.meanStepMs[n] ?? 0)}`).join(', ')),
     row('steady: UAPI per pass: bytes / ops / time', (r) => `${kib(r.steady.passes.medianUapiBytes)} / ${r.steady.passes.medianUapiOperations} / ${ms(r.steady.passes.medianUapiMs)}`),
     row('steady: agent CPU / data plane CPU (cores)', (r) => `${r.steady.agentCpu.toFixed(3)} / ${r.steady.dataplaneCpu.toFixed(3)}`),
     row('steady: API requests/min (writes)', (r) => `${rate(r.steady.apiRequestsPerMinuteTotal)} (${rate(r.steady.apiWritesPerMinute)})`),
     row('churn: passes/min', (r) => rate(r.churn.passes.passes / (r.churn.seconds / 60))),
     row('churn: pass time / CPU (median)', (r) => `${ms(r.churn.passes.medianMs)} / ${ms(r.churn.passes.medianCpuMs)}`),
+    row('churn: mean ms per pass by step', (r) => STEP_NAMES.map((n) => `${n} ${Math.round(r.churn.passes.meanStepMs[n] ?? 0)}`).join(', ')),
     row('churn: UAPI per pass: bytes / ops / time', (r) => `${kib(r.churn.passes.medianUapiBytes)} / ${r.churn.passes.medianUapiOperations} / ${ms(r.churn.passes.medianUapiMs)}`),
     row('churn: agent CPU / data plane CPU (cores)', (r) => `${r.churn.agentCpu.toFixed(3)} / ${r.churn.dataplaneCpu.toFixed(3)}`),
     row('churn: API requests/min (writes)', (r) => `${rate(r.churn.apiRequestsPerMinuteTotal)} (${rate(r.churn.apiWritesPerMinute)})`),

@@ -132,6 +132,8 @@ export class Agent implements AgentStatusSource {
   private timer: NodeJS.Timeout | undefined;
   private resyncTimer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
+  /** Milliseconds of each step of the pass in progress (for the 'reconciled' debug line). */
+  private steps: Record<string, number> = {};
   private again = false;
   private forceNext = false;
 
@@ -425,6 +427,7 @@ export class Agent implements AgentStatusSource {
     const started = Date.now();
     const cpu = process.cpuUsage();
     const uapi = this.uapi ? { ...this.uapi.traffic } : undefined;
+    this.steps = {};
     try {
       await this.reconcile(full);
       this.recordPassDuration(started);
@@ -434,6 +437,7 @@ export class Agent implements AgentStatusSource {
       const t = this.uapi?.traffic;
       this.log.debug('reconciled', {
         ms: Date.now() - started, full, cpuMs: Math.round((used.user + used.system) / 1000), peers: this.lastMesh?.peers.size,
+        ...Object.fromEntries(Object.entries(this.steps).map(([k, v]) => [`${k}Ms`, Math.round(v)])),
         ...(uapi && t ? { uapiOperations: t.operations - uapi.operations, uapiBytesSent: t.bytesSent - uapi.bytesSent, uapiBytesReceived: t.bytesReceived - uapi.bytesReceived, uapiMs: Math.round(t.ms - uapi.ms) } : {}),
       });
     } catch (err) {
@@ -450,8 +454,16 @@ export class Agent implements AgentStatusSource {
     this.reconcileDurationMsTotal += this.lastReconcileDurationMs;
   }
 
+  /** Adds the time since `since` to step `name` of this pass; returns now. */
+  private step(name: string, since: number): number {
+    const now = performance.now();
+    this.steps[name] = (this.steps[name] ?? 0) + now - since;
+    return now;
+  }
+
   private async reconcile(full: boolean): Promise<void> {
     const s = this.settings;
+    let t = performance.now();
     const watcher = this.watcher!;
     const nodes = watcher.list() as NodeObject[];
     const own = nodes.find((n) => n.metadata?.name === s.nodeName);
@@ -466,6 +478,7 @@ export class Agent implements AgentStatusSource {
     if (!s.firewallOnly) await this.followKeyFile();
     // Fail static: an API server that cannot be read or patched now must not hold up the mesh.
     await this.restoreOwnAnnotations(own).catch((err: Error) => this.log.warn('could not check or restore this Node\'s annotations; the next pass retries', { node: s.nodeName, error: err.message }));
+    t = this.step('local', t);
     const mesh = desiredMesh(nodes, {
       nodeName: s.nodeName, publicKey: this.publicKey || '-', podCidrs: this.local.podCidrs, addresses: this.local.addresses,
     }, {
@@ -473,6 +486,7 @@ export class Agent implements AgentStatusSource {
       podCidrAllowedRanges: s.podCidrAllowedRanges, workingAtOwnAddress: this.workingHere,
     });
     this.lastMesh = mesh;
+    t = this.step('mesh', t);
     const refused = newOnes(this.refusedLogged, (mesh.refused ?? []).map((r) => ({ id: `${r.node}\n${r.field}\n${r.claim}`, item: r })));
     for (const r of refused) this.log.warn('refused a claim of a node: the rest of its claims and the mesh are unaffected', { node: r.node, field: r.field, claim: r.claim, reason: r.reason });
     this.refusedClaims += refused.length;
@@ -493,10 +507,13 @@ export class Agent implements AgentStatusSource {
       }
       if (fresh) this.appliedRoutes = '';
       const snapshot = await this.uapi!.get();
+      t = this.step('read', t);
       const plan = planReconcile(mesh.peers, snapshot, this.memory, {
         collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(),
       });
+      t = this.step('plan', t);
       if (plan.request) await this.uapi!.set(plan.request);
+      t = this.step('set', t);
       await this.publishDiscovered(mesh, snapshot);
       this.checkReachability(mesh, snapshot);
       this.workingHere = workingAtOwnAddress(mesh.peers, snapshot, Date.now());
@@ -507,6 +524,7 @@ export class Agent implements AgentStatusSource {
           ...(action.kind === 'update' ? { added: action.added, removed: action.removed, endpointSet: action.endpoint !== undefined } : { allowedIps: action.peer.allowedIps, carriedEndpoint: action.carriedEndpoint }),
         });
       }
+      t = this.step('observe', t);
       const routesKey = JSON.stringify(mesh.tunnelRoutes);
       if (full || routesKey !== this.appliedRoutes) {
         const routes = await reconcileRoutes({ device: s.interfaceName, cidrs: mesh.tunnelRoutes, runner: this.runner });
@@ -516,6 +534,7 @@ export class Agent implements AgentStatusSource {
         this.appliedRoutes = routesKey;
       }
       await this.writeCni();
+      t = this.step('routes', t);
     }
 
     const split = splitCidrsByFamily(mesh.clusterPodCidrs);
@@ -529,6 +548,7 @@ export class Agent implements AgentStatusSource {
       if (ruleset !== this.appliedRuleset) this.log.info('applied the nftables table', { table: s.nftTable, podCidrs: mesh.clusterPodCidrs });
       this.appliedRuleset = ruleset;
     }
+    t = this.step('nft', t);
     if (watcher.synced && !this.ready) {
       this.ready = true;
       this.log.info('ready: the Node list is synced and the mesh is configured', { peers: mesh.peers.size, rejected: mesh.rejected.length });
