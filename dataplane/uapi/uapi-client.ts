@@ -12,9 +12,16 @@ import {
 } from './uapi-protocol.ts';
 import { STATS_OPERATION, parseStatsResponse, type DeviceStats } from './uapi-stats.ts';
 
-/** True once `text` holds a complete answer: it ends with an `errno=` line and an empty line. */
+/**
+ * True once `text` holds a complete answer: it ends with an `errno=` line and an empty line.
+ * Called after every chunk of the answer, so it looks at the last line only: a regular expression
+ * anchored at the end still scans the whole text, which made reading a 2 MB `get=1` (5 000 peers)
+ * quadratic, over a second of CPU in 16 KiB chunks.
+ */
 export function isCompleteAnswer(text: string): boolean {
-  return /(^|\n)errno=-?\d+\n\n$/.test(text);
+  if (!text.endsWith('\n\n')) return false;
+  const lastLine = text.slice(text.lastIndexOf('\n', text.length - 3) + 1, text.length - 2);
+  return /^errno=-?\d+$/.test(lastLine);
 }
 
 export class UapiError extends Error {
