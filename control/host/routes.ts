@@ -133,6 +133,11 @@ export interface RouteReport extends ReconcileReport {
  * (`ip route add`), extra ones deleted. A destination that already has a route that is not ours
  * is a conflict: reported, nothing changed (never `replace`). Each family is listed and changed
  * on its own.
+ *
+ * The number of commands does not grow with the number of routes changed (a Node joining or
+ * leaving a 5 000-node cluster can re-split the summarized pod CIDRs into dozens of routes): per
+ * family one listing of ours, one listing of the main table when something is to be added (the
+ * conflict check), one `ip -batch` of the adds and one of the deletes.
  */
 export async function reconcileRoutes(options: RouteReconcileOptions): Promise<RouteReport> {
   const device = validateDeviceName(options.device);
@@ -146,29 +151,41 @@ export async function reconcileRoutes(options: RouteReconcileOptions): Promise<R
   const report: RouteReport = { added: [], removed: [], conflicts: [] };
   for (const family of [4, 6] as const) {
     const want = desired.filter((p) => prefixFamily(p) === family).map(formatPrefix);
-    const have = await listOwnRoutes(device, family, protocol, runner);
-    for (const dst of want) {
-      if (have.includes(dst)) continue;
-      const existing = await runChecked(runner, `list routes to ${dst}`, 'ip', ['-j', `-${family}`, 'route', 'show', 'exact', dst]);
-      const conflicts = foreignRoutes(existing.stdout, dst, device, protocol);
-      if (conflicts.length > 0) {
-        report.conflicts.push(...conflicts);
-        continue;
+    const wanted = new Set(want);
+    const have = new Set(await listOwnRoutes(device, family, protocol, runner));
+    const missing = want.filter((dst) => !have.has(dst));
+    if (missing.length > 0) {
+      const table = await runChecked(runner, `list the IPv${family} main routing table`, 'ip', ['-j', `-${family}`, 'route', 'show', 'table', 'main']);
+      const free: string[] = [];
+      for (const dst of missing) {
+        const conflicts = foreignRoutes(table.stdout, dst, device, protocol);
+        if (conflicts.length > 0) report.conflicts.push(...conflicts);
+        else free.push(dst);
       }
-      // `add`, not `replace`: should a route appear between the listing and now, the kernel
-      // refuses (EEXIST) and that is a conflict too.
-      const added = await runner('ip', [`-${family}`, 'route', 'add', dst, 'dev', device, 'proto', String(protocol)]);
-      if (added.code !== 0 && /File exists/i.test(added.stderr)) {
-        report.conflicts.push({ dst, existing: 'a route created meanwhile' });
-        continue;
+      if (free.length > 0) {
+        // `add`, not `replace`: should a route appear between the listing and now, the kernel
+        // refuses (EEXIST) and that is a conflict too. `-force` goes on past such a line.
+        const added = await runner('ip', [`-${family}`, '-force', '-batch', '-'], { input: free.map((dst) => `route add ${dst} dev ${device} proto ${protocol}\n`).join('') });
+        if (added.code === 0) report.added.push(...free);
+        else {
+          const failures = added.stderr.split('\n').filter((line) => /^RTNETLINK answers:|^Error:/.test(line));
+          if (failures.length === 0 || !failures.every((line) => /File exists/i.test(line))) {
+            throw new Error(`cannot add routes through ${device}: ${added.command} exited ${added.code}: ${added.stderr.trim()}`);
+          }
+          const now = new Set(await listOwnRoutes(device, family, protocol, runner));
+          for (const dst of free) {
+            if (now.has(dst)) report.added.push(dst);
+            else report.conflicts.push({ dst, existing: 'a route created meanwhile' });
+          }
+        }
       }
-      if (added.code !== 0) throw new Error(`cannot add the route to ${dst}: ${added.command} exited ${added.code}: ${added.stderr.trim()}`);
-      report.added.push(dst);
     }
-    for (const dst of have) {
-      if (want.includes(dst)) continue;
-      await runChecked(runner, `remove the route to ${dst}`, 'ip', [`-${family}`, 'route', 'del', dst, 'dev', device, 'proto', String(protocol)]);
-      report.removed.push(dst);
+    const extra = [...have].filter((dst) => !wanted.has(dst));
+    if (extra.length > 0) {
+      await runChecked(runner, `remove ${extra.length} route(s) through ${device}`, 'ip', [`-${family}`, '-batch', '-'], {
+        input: extra.map((dst) => `route del ${dst} dev ${device} proto ${protocol}\n`).join(''),
+      });
+      report.removed.push(...extra);
     }
   }
   return report;
