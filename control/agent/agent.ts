@@ -23,6 +23,7 @@ import { desiredMesh, sortAddresses, specPodCidrs, type MeshState } from '../mes
 import { parseAllowedRanges, podCidrRefusal } from '../mesh/claims.ts';
 import { parsePrefix } from '../../dataplane/net/ip.ts';
 import { newReconcileMemory, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
+import { applySetToSnapshot } from '../mesh/device-model.ts';
 import { judgeReachability, type ReachabilityMemory } from './reachability.ts';
 import { observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
 import { annotationDrift, forceEndpointChange, ownAnnotations, restorePatch, type AnnotationPatch } from './own-annotations.ts';
@@ -136,6 +137,12 @@ export class Agent implements AgentStatusSource {
   private steps: Record<string, number> = {};
   private again = false;
   private forceNext = false;
+  private readNext = true;
+  /**
+   * The data plane as the last `get=1` showed it with every `set` since applied (device-model.ts):
+   * what a pass for a Node change plans against.
+   */
+  private deviceModel: DeviceSnapshot | undefined;
 
   constructor(private readonly deps: AgentDeps) {
     this.settings = deps.settings;
@@ -176,7 +183,8 @@ export class Agent implements AgentStatusSource {
       });
     }
     this.watcher = new NodeWatcher(this.kc, { log: this.log });
-    this.watcher.onChange(() => this.schedule(false));
+    // A Node change is planned against the model of the data plane (no read of every peer).
+    this.watcher.onChange(() => this.schedule(false, false));
     await this.watcher.start();
     this.state = 'running';
     this.resyncTimer = setInterval(() => this.schedule(true), s.resyncInterval * 1000);
@@ -400,10 +408,15 @@ export class Agent implements AgentStatusSource {
     }
   }
 
-  /** Queues a reconcile pass; `full` also re-reads local facts and re-applies host state. */
-  private schedule(full: boolean): void {
+  /**
+   * Queues a reconcile pass; `full` also re-reads local facts and re-applies host state; `read`
+   * reads the data plane (`get=1`) instead of planning against the model of what was set. Events
+   * that arrive while a pass runs are coalesced into one next pass.
+   */
+  private schedule(full: boolean, read = true): void {
     if (this.state === 'stopped') return;
     this.forceNext ||= full;
+    this.readNext ||= read;
     if (this.running) {
       this.again = true;
       return;
@@ -412,37 +425,41 @@ export class Agent implements AgentStatusSource {
     this.timer = setTimeout(() => {
       this.timer = undefined;
       const force = this.forceNext;
+      const read = this.readNext || force;
       this.forceNext = false;
-      this.running = this.pass(force).finally(() => {
+      this.readNext = false;
+      this.running = this.pass(force, read).finally(() => {
         this.running = undefined;
         if (this.again) {
           this.again = false;
-          this.schedule(false);
+          this.schedule(false, false);
         }
       });
     }, this.deps.debounceMs ?? 50);
   }
 
-  private async pass(full: boolean): Promise<void> {
+  private async pass(full: boolean, read: boolean): Promise<void> {
     const started = Date.now();
     const cpu = process.cpuUsage();
     const uapi = this.uapi ? { ...this.uapi.traffic } : undefined;
     this.steps = {};
     try {
-      await this.reconcile(full);
+      await this.reconcile(full, read);
       this.recordPassDuration(started);
       this.reconciles++;
       // What one pass costs (the agent-scale bench reads these): time, this process's CPU, control socket traffic.
       const used = process.cpuUsage(cpu);
       const t = this.uapi?.traffic;
       this.log.debug('reconciled', {
-        ms: Date.now() - started, full, cpuMs: Math.round((used.user + used.system) / 1000), peers: this.lastMesh?.peers.size,
+        ms: Date.now() - started, full, read, cpuMs: Math.round((used.user + used.system) / 1000), peers: this.lastMesh?.peers.size,
         ...Object.fromEntries(Object.entries(this.steps).map(([k, v]) => [`${k}Ms`, Math.round(v)])),
         ...(uapi && t ? { uapiOperations: t.operations - uapi.operations, uapiBytesSent: t.bytesSent - uapi.bytesSent, uapiBytesReceived: t.bytesReceived - uapi.bytesReceived, uapiMs: Math.round(t.ms - uapi.ms) } : {}),
       });
     } catch (err) {
       this.recordPassDuration(started);
       this.reconcileErrors++;
+      // The data plane may have gone or restarted: the model no longer stands for it.
+      this.readNext = true;
       this.log.error('reconcile failed; the mesh stays as it is and the next pass retries', { error: (err as Error).message });
       this.again = true;
       await new Promise((r) => setTimeout(r, 1000));
@@ -461,7 +478,7 @@ export class Agent implements AgentStatusSource {
     return now;
   }
 
-  private async reconcile(full: boolean): Promise<void> {
+  private async reconcile(full: boolean, read: boolean): Promise<void> {
     const s = this.settings;
     let t = performance.now();
     const watcher = this.watcher!;
@@ -496,29 +513,41 @@ export class Agent implements AgentStatusSource {
 
     if (!s.firewallOnly) {
       let fresh = full ? await this.setUpTunnel() : false;
-      const device = await this.uapi!.get().catch((err: Error) => {
-        this.log.warn('the data plane does not answer; starting it again', { interface: s.interfaceName, error: err.message });
-        return undefined;
-      });
-      const healthy = device !== undefined && device.privateKey !== undefined && keyToBase64(device.privateKey) === keyToBase64(this.privateKey!);
-      if (!healthy) {
-        // The data plane died or restarted under us: bring it back and give it its identity
-        // before any peer; its new interface needs the routes again.
-        fresh = (await this.setUpTunnel()) || fresh;
+      let snapshot: DeviceSnapshot;
+      const fromModel = !read && !fresh && this.deviceModel !== undefined;
+      if (fromModel) {
+        snapshot = this.deviceModel!;
+      } else {
+        const device = await this.uapi!.get().catch((err: Error) => {
+          this.log.warn('the data plane does not answer; starting it again', { interface: s.interfaceName, error: err.message });
+          return undefined;
+        });
+        const healthy = device !== undefined && device.privateKey !== undefined && keyToBase64(device.privateKey) === keyToBase64(this.privateKey!);
+        if (!healthy) {
+          // The data plane died or restarted under us: bring it back and give it its identity
+          // before any peer; its new interface needs the routes again.
+          fresh = (await this.setUpTunnel()) || fresh;
+        }
+        // One read per pass when the data plane was fine: at 5 000 peers a get=1 is 2 MB.
+        snapshot = healthy ? device : await this.uapi!.get();
       }
       if (fresh) this.appliedRoutes = '';
-      // One read per pass when the data plane was fine: at 5 000 peers a get=1 is 2 MB.
-      const snapshot = healthy ? device : await this.uapi!.get();
       t = this.step('read', t);
       const plan = planReconcile(mesh.peers, snapshot, this.memory, {
         collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(),
       });
       t = this.step('plan', t);
+      // Until the set answers, the model is unknown: a failure makes the next pass read.
+      this.deviceModel = undefined;
       if (plan.request) await this.uapi!.set(plan.request);
+      this.deviceModel = plan.request ? applySetToSnapshot(snapshot, plan.request) : snapshot;
       t = this.step('set', t);
-      await this.publishDiscovered(mesh, snapshot);
-      this.checkReachability(mesh, snapshot);
-      this.workingHere = workingAtOwnAddress(mesh.peers, snapshot, Date.now());
+      if (!fromModel) {
+        // What the data plane observed (roaming, handshakes) is only known from a fresh read.
+        await this.publishDiscovered(mesh, snapshot);
+        this.checkReachability(mesh, snapshot);
+        this.workingHere = workingAtOwnAddress(mesh.peers, snapshot, Date.now());
+      }
       for (const action of plan.actions) {
         if (action.kind === 'remove') this.log.info('removed a peer whose key no Node carries', { key: action.publicKey.slice(0, 8) });
         else this.log.info(action.kind === 'add' ? 'added a peer' : 'updated a peer', {
