@@ -15,6 +15,7 @@
  * Timings are resolved to one poll (`pollIntervalMs` plus one `get=1`); a change counts as
  * landed when the `get=1` that showed it had completed, so latencies are on the high side.
  */
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
@@ -54,7 +55,7 @@ export interface AgentScaleSettings {
 }
 
 export const AGENT_SCALE_DEFAULTS: Omit<AgentScaleSettings, 'nodes'> = {
-  natEvery: 10, steadySeconds: 30, churnRate: 10, churnSeconds: 30, pollIntervalMs: 50, resyncIntervalS: 10,
+  natEvery: 10, steadySeconds: 30, churnRate: 10, churnSeconds: 30, pollIntervalMs: 100, resyncIntervalS: 10,
   startTimeoutMs: 300_000, settleTimeoutMs: 60_000,
 };
 
@@ -103,6 +104,8 @@ export interface WindowFigures {
   agentCpu: number;
   dataplaneCpu: number;
   passes: PassSummary;
+  /** The machine's 1-minute load average at the end of the window (other work competes for the cores). */
+  loadAverage: number;
 }
 
 export interface AgentScaleResult {
@@ -299,6 +302,7 @@ export async function runAgentScale(settings: AgentScaleSettings, progress: (lin
         apiWritesPerMinute: perMinute(byKind.write ?? 0),
         agentCpu, dataplaneCpu,
         passes: summarizePasses(passes.filter((p) => p.wallMs >= fromWall && p.wallMs <= toWall)),
+        loadAverage: loadavg()[0],
       };
     };
 
@@ -407,6 +411,7 @@ export function renderAgentScale(results: readonly AgentScaleResult[], command: 
     row('churn: UAPI per pass: bytes / ops / time', (r) => `${kib(r.churn.passes.medianUapiBytes)} / ${r.churn.passes.medianUapiOperations} / ${ms(r.churn.passes.medianUapiMs)}`),
     row('churn: agent CPU / data plane CPU (cores)', (r) => `${r.churn.agentCpu.toFixed(3)} / ${r.churn.dataplaneCpu.toFixed(3)}`),
     row('churn: API requests/min (writes)', (r) => `${rate(r.churn.apiRequestsPerMinuteTotal)} (${rate(r.churn.apiWritesPerMinute)})`),
+    row('machine load average (1 min): steady / churn', (r) => `${r.steady.loadAverage.toFixed(1)} / ${r.churn.loadAverage.toFixed(1)}`),
     row('agent RSS (peak)', (r) => `${mib(r.rss.agentBytes)} (${mib(r.rss.agentPeakBytes)})`),
     row('data plane RSS (peak)', (r) => `${mib(r.rss.dataplaneBytes)} (${mib(r.rss.dataplanePeakBytes)})`),
     row('`wg show dump` (via ip netns exec)', (r) => ms(r.wgShowMs)),

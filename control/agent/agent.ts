@@ -72,6 +72,9 @@ export type AgentState = 'starting' | 'running' | 'stopped';
  */
 export const DISCOVERY_INTERVAL_MS = 5000;
 
+/** Under constant Node churn the data plane is still read at least this often. */
+export const MAX_MODEL_AGE_MS = 30_000;
+
 export class Agent implements AgentStatusSource {
   state: AgentState = 'starting';
   /** Set once the informer synced and the tunnel is configured (readiness). */
@@ -138,6 +141,11 @@ export class Agent implements AgentStatusSource {
   private again = false;
   private forceNext = false;
   private readNext = true;
+  /** The discovery interval has passed since the last read (a read is wanted, not required). */
+  private discoveryDue = false;
+  /** Node changes arrived since the last pass started. */
+  private nodeEventsPending = false;
+  private lastReadAt = 0;
   /**
    * The data plane as the last `get=1` showed it with every `set` since applied (device-model.ts):
    * what a pass for a Node change plans against.
@@ -184,11 +192,19 @@ export class Agent implements AgentStatusSource {
     }
     this.watcher = new NodeWatcher(this.kc, { log: this.log });
     // A Node change is planned against the model of the data plane (no read of every peer).
-    this.watcher.onChange(() => this.schedule(false, false));
+    this.watcher.onChange(() => {
+      this.nodeEventsPending = true;
+      this.schedule(false, false);
+    });
     await this.watcher.start();
     this.state = 'running';
     this.resyncTimer = setInterval(() => this.schedule(true), s.resyncInterval * 1000);
-    if (!s.firewallOnly) this.discoveryTimer = setInterval(() => this.schedule(false), DISCOVERY_INTERVAL_MS);
+    if (!s.firewallOnly) {
+      this.discoveryTimer = setInterval(() => {
+        this.discoveryDue = true;
+        this.schedule(false, false);
+      }, DISCOVERY_INTERVAL_MS);
+    }
     this.schedule(true);
   }
 
@@ -425,9 +441,17 @@ export class Agent implements AgentStatusSource {
     this.timer = setTimeout(() => {
       this.timer = undefined;
       const force = this.forceNext;
-      const read = this.readNext || force;
+      // The discovery read yields to Node changes waiting to be planned (under churn a read of
+      // every peer would come before each of them), unless the model has gone unread too long.
+      const discoveryRead = this.discoveryDue && (!this.nodeEventsPending || Date.now() - this.lastReadAt >= MAX_MODEL_AGE_MS);
+      const read = this.readNext || force || discoveryRead;
       this.forceNext = false;
       this.readNext = false;
+      this.nodeEventsPending = false;
+      if (read) {
+        this.discoveryDue = false;
+        this.lastReadAt = Date.now();
+      }
       this.running = this.pass(force, read).finally(() => {
         this.running = undefined;
         if (this.again) {
