@@ -8,7 +8,7 @@ import { USAGE, parseBenchArgs, type BenchOptions } from '../../bench/suite/opti
 import { AGENT_SCALE_USAGE, parseAgentScaleArgs, type AgentScaleOptions } from '../../bench/suite/agent-scale-options.ts';
 
 export const bench: Command = {
-  summary: 'benchmark roamguard (Node, Bun) against wireguard-go and the raw link in network namespaces, plus microbenchmarks and a 1 000-peer scale run (root)',
+  summary: 'benchmark roamguard (Node, Bun) against wireguard-go and the raw link in network namespaces, plus microbenchmarks and a 1 000-peer scale run; --agent-scale: one agent against N simulated Nodes (root)',
   usage: `${USAGE}\n\n${AGENT_SCALE_USAGE}`,
   async run(args) {
     let opts!: BenchOptions;
