@@ -43,9 +43,10 @@ FROM ${NODE_IMAGE}
 ARG RUNTIME=node
 ENV DEBIAN_FRONTEND=noninteractive
 # nft (nftables), ip (iproute2), libsodium (the fastest crypto provider, through FFI), wg (for
-# `kubectl exec … wg show`; wireguard-tools without recommends pulls in no kernel module).
+# `kubectl exec … wg show`; wireguard-tools without recommends pulls in no kernel module), ping
+# (iputils-ping: the agent's DF-set path-MTU probes).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends nftables iproute2 libsodium23 wireguard-tools ca-certificates \
+ && apt-get install -y --no-install-recommends nftables iproute2 iputils-ping libsodium23 wireguard-tools ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /image/ /
 ENV ROAMGUARD_RUNTIME=${RUNTIME} \

@@ -36,4 +36,10 @@ export const DEMO_SCENARIOS: Record<string, DemoScenario> = {
     build: (scope, options) => buildNatWorld(scope, options),
     afterGreen: async () => (await import('./key-rotation-scenario.ts')).runKeyRotationScenario,
   },
+  'small-mtu': {
+    summary: 'the nat world with a 1280-byte hop on the home router\'s uplink that drops ICMP; once all green, path MTUs and iperf3 across it',
+    intro: `Building the demo world with a narrow hop (1280, ICMP dropped) on the home router's uplink: internet ${INTERNET.ipv4}, office NAT ${OFFICE.ipv4}, home NAT ${HOME.ipv4}`,
+    build: async (scope, options) => (await import('./small-mtu-scenario.ts')).buildSmallMtuWorld(scope, options),
+    afterGreen: async () => (await import('./small-mtu-scenario.ts')).runSmallMtuScenario,
+  },
 };

@@ -59,6 +59,8 @@ export interface WorldNode {
   ipv6: string;
   /** The node's uplink inside its namespace. */
   uplink: string;
+  /** The uplink's other end: a port of the segment's bridge in the fabric. */
+  uplinkFabric: string;
   ifname: string;
   listenPort: number;
   dir: string;
@@ -84,7 +86,8 @@ export function agentUser(node: string): RequestUser {
 export interface Router {
   name: string;
   ns: Namespace;
-  wan: { segment: Segment; ipv4: string; ipv6: string; ifname: string };
+  /** fabricIfname: the WAN link's other end, a port of the segment's bridge. */
+  wan: { segment: Segment; ipv4: string; ipv6: string; ifname: string; fabricIfname: string };
   lan: Segment;
 }
 
@@ -185,7 +188,7 @@ export class World {
   }
 
   /** Plugs `ns` into `segment` as host `index`; returns the interface name inside `ns`. */
-  async plug(ns: Namespace, segment: Segment, index: number): Promise<{ ifname: string; ipv4: string; ipv6: string }> {
+  async plug(ns: Namespace, segment: Segment, index: number): Promise<{ ifname: string; fabricIfname: string; ipv4: string; ipv6: string }> {
     const { ipv4, ipv6 } = hostAddress(segment.spec, index);
     const [end, fabricEnd] = await this.scope.veth(ns, this.fabric);
     await ns.ip(['addr', 'add', `${ipv4}/24`, 'dev', end.ifname]);
@@ -195,7 +198,7 @@ export class World {
       await ns.ip(['route', 'replace', 'default', 'via', segment.gateway.ipv4]);
       await ns.ip(['-6', 'route', 'replace', 'default', 'via', segment.gateway.ipv6]);
     }
-    return { ifname: end.ifname, ipv4, ipv6 };
+    return { ifname: end.ifname, fabricIfname: fabricEnd.ifname, ipv4, ipv6 };
   }
 
   /** A plain host (no agent) on a segment, e.g. an outside observer. */
@@ -255,6 +258,32 @@ table inet router {
     await router.ns.exec('nft', ['-f', '-'], { input: rules });
   }
 
+  /**
+   * Makes a router's WAN link a narrow hop that hides it: both ends get `mtu` (the bridge drops
+   * larger frames towards the router silently), and the router drops the ICMP "fragmentation
+   * needed" / "packet too big" it would send for larger packets out (as many paths do). A path
+   * MTU black hole, unless the endpoints find the MTU themselves.
+   */
+  async narrowRouterUplink(router: Router, mtu: number): Promise<void> {
+    await router.ns.ip(['link', 'set', router.wan.ifname, 'mtu', String(mtu)]);
+    await this.fabric.ip(['link', 'set', router.wan.fabricIfname, 'mtu', String(mtu)]);
+    await router.ns.exec('nft', ['-f', '-'], {
+      input: `table inet blackhole {
+  chain sent {
+    type filter hook output priority filter; policy accept;
+    icmp type destination-unreachable icmp code frag-needed drop
+    icmpv6 type packet-too-big drop
+  }
+  chain forwarded {
+    type filter hook forward priority filter; policy accept;
+    icmp type destination-unreachable icmp code frag-needed drop
+    icmpv6 type packet-too-big drop
+  }
+}
+`,
+    });
+  }
+
   /** Forgets every NAT mapping of a router (as a reboot or a conntrack flush does). */
   async flushRouterState(router: Router): Promise<void> {
     await router.ns.exec('conntrack', ['-F'], { allowFailure: true });
@@ -272,7 +301,7 @@ table inet router {
     this.scope.removeFileAtCleanup(join(WG_SOCKET_DIR, `${ifname}.sock`));
     const listenPort = options.listenPort ?? 51820;
     const node: WorldNode = {
-      name, ns, segment, ipv4: up.ipv4, ipv6: up.ipv6, uplink: up.ifname, ifname, listenPort, dir, podCidrs,
+      name, ns, segment, ipv4: up.ipv4, ipv6: up.ipv6, uplink: up.ifname, uplinkFabric: up.fabricIfname, ifname, listenPort, dir, podCidrs,
       env: {
         NODE_NAME: name,
         KUBE_API_SERVER: this.apiUrl,
@@ -324,8 +353,14 @@ table inet router {
     await node.ns.ip(['link', 'del', node.uplink]);
     const segment = this.segment(segmentName);
     const up = await this.plug(node.ns, segment, index);
-    Object.assign(node, { segment, ipv4: up.ipv4, ipv6: up.ipv6, uplink: up.ifname });
+    Object.assign(node, { segment, ipv4: up.ipv4, ipv6: up.ipv6, uplink: up.ifname, uplinkFabric: up.fabricIfname });
     this.api.updateNode(node.name, (n) => { n.status = { ...(n.status ?? {}), addresses: this.statusAddresses(node) }; });
+  }
+
+  /** Sets the MTU of a node's uplink (both ends of its link to the segment). */
+  async setUplinkMtu(node: WorldNode, mtu: number): Promise<void> {
+    await node.ns.ip(['link', 'set', node.uplink, 'mtu', String(mtu)]);
+    await this.fabric.ip(['link', 'set', node.uplinkFabric, 'mtu', String(mtu)]);
   }
 
   node(name: string): WorldNode {

@@ -81,14 +81,30 @@ Reads the control socket in $WG_SOCKET_DIR (default /var/run/wireguard) and the 
       return 1;
     }
     const stats = await client.stats().catch(() => undefined);
+    const routes = await readTunnelRoutes(settings.interfaceName);
     const api = await nodesPromise;
     const now = Date.now();
     const report = buildStatus({
       interfaceName: settings.interfaceName, snapshot, stats, publicKey: await publicKeyOf(snapshot.privateKey),
-      nodes: api.nodes, apiError: api.error, nodeName: settings.nodeName,
+      nodes: api.nodes, apiError: api.error, nodeName: settings.nodeName, routes,
       wgIpFamily: settings.wgIpFamily, defaultListenPort: settings.listenPort, nowWallMs: now,
     });
     process.stdout.write(json ? formatStatusJson(report) : formatStatusTable(report, now));
     return 0;
   },
 };
+
+/** The tunnel's MTU and the agent's routes on it (their MTUs are the learned path MTUs); undefined when `ip` cannot tell. */
+async function readTunnelRoutes(device: string): Promise<{ tunnelMtu: number; own: Array<{ dst: string; mtu?: number }> } | undefined> {
+  const { listOwnRoutes } = await import('../../control/host/routes.ts');
+  const { systemRunner } = await import('../../control/host/runner.ts');
+  try {
+    const link = await systemRunner('ip', ['-j', 'link', 'show', 'dev', device]);
+    const mtu = link.code === 0 ? (JSON.parse(link.stdout) as Array<{ mtu?: unknown }>)[0]?.mtu : undefined;
+    if (typeof mtu !== 'number') return undefined;
+    const own = [...await listOwnRoutes(device, 4), ...await listOwnRoutes(device, 6)];
+    return { tunnelMtu: mtu, own };
+  } catch {
+    return undefined;
+  }
+}

@@ -28,7 +28,7 @@ import { judgeReachability, type ReachabilityMemory } from './reachability.ts';
 import { observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
 import { annotationDrift, forceEndpointChange, ownAnnotations, restorePatch, type AnnotationPatch } from './own-annotations.ts';
 import { newOnes, type Once } from './once.ts';
-import { followKeyFile, rotationPendingAtStart, watchKeyFile } from './key-rotation.ts';
+import { followKeyFile, kickRequest, rotationPendingAtStart, watchKeyFile } from './key-rotation.ts';
 import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
 import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import { renderConflist, writeConflistAtomically } from '../host/cni-config.ts';
@@ -38,6 +38,9 @@ import { systemRunner, type CommandRunner } from '../host/runner.ts';
 import { globalUnicastAddresses } from '../host/node-addresses.ts';
 import { podCidrsFromSpec, readPodCidrFile, watchPodCidrFile, type PodCidrFileWatch } from '../host/pod-cidr-source.ts';
 import { configureTunnelInterface, reconcileRoutes, removeRoutes } from '../host/routes.ts';
+import { detectUplinkMtu } from '../host/uplink-mtu.ts';
+import { pingFits } from '../host/ping-probe.ts';
+import { dueProbes, MIN_PROBED_MTU, recordProbe, routesWithPathMtu, searchLargestFit, type PathMtuMemory, type ProbeTarget } from './path-mtu.ts';
 import { loadKubeConfig } from '../kube/kube-config.ts';
 import { NodeWatcher } from '../kube/node-watcher.ts';
 import { patchNodeAnnotations, readNode } from '../kube/node-patch.ts';
@@ -92,6 +95,12 @@ export class Agent implements AgentStatusSource {
   annotationsRestored = 0;
   /** Key rotations this agent completed (published and switched). */
   keyRotations = 0;
+  /** The tunnel's MTU: WG_MTU, or derived from the uplink (0 until the tunnel is set up). */
+  tunnelMtu = 0;
+  /** Each peer's learned path MTU through the tunnel (PATH_MTU_DISCOVERY; see path-mtu.ts). */
+  readonly pathMtus: PathMtuMemory = new Map();
+  /** Path-MTU probes run so far. */
+  pathMtuProbes = 0;
   get nodeName(): string { return this.settings.nodeName; }
   get informer(): NodeWatcher | undefined { return this.watcher; }
   get dataplane(): UapiClient | undefined { return this.uapi; }
@@ -133,6 +142,8 @@ export class Agent implements AgentStatusSource {
   private appliedRuleset = '';
   private appliedRoutes = '';
   private readonly rejectedLogged: Once = new Set();
+  /** Peers (base64 keys) with a path-MTU probe in flight. */
+  private readonly probing = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   private resyncTimer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
@@ -293,15 +304,29 @@ export class Agent implements AgentStatusSource {
     const families = splitCidrsByFamily(this.local.podCidrs);
     const enabled = await enableForwarding({ ipv4: families.v4.length > 0, ipv6: families.v6.length > 0 });
     if (enabled.length > 0) this.log.info('turned packet forwarding on', { families: enabled });
-    await configureTunnelInterface({ device: s.interfaceName, mtu: s.mtu, localPodCidrs: this.local.podCidrs, runner: this.runner });
+    await this.chooseTunnelMtu();
+    await configureTunnelInterface({ device: s.interfaceName, mtu: this.tunnelMtu, localPodCidrs: this.local.podCidrs, runner: this.runner });
     await this.writeCni();
     return status === 'started' || !keyMatches;
+  }
+
+  /** WG_MTU, or the uplink's MTU less WireGuard's overhead (uplink-mtu.ts); said when it changes. */
+  private async chooseTunnelMtu(): Promise<void> {
+    const s = this.settings;
+    if (s.mtu !== undefined) {
+      this.tunnelMtu = s.mtu;
+      return;
+    }
+    const uplink = await detectUplinkMtu(this.local.addresses, s.wgIpFamily, this.runner);
+    if (uplink.tunnelMtu === this.tunnelMtu) return;
+    this.log.info('tunnel MTU from the uplink', { mtu: uplink.tunnelMtu, link: uplink.link ?? '(none found: 1500 assumed)', linkMtu: uplink.linkMtu, how: uplink.how, wgIpFamily: s.wgIpFamily });
+    this.tunnelMtu = uplink.tunnelMtu;
   }
 
   private async writeCni(): Promise<void> {
     const s = this.settings;
     if (s.firewallOnly || this.local.podCidrs.length === 0) return;
-    const text = renderConflist({ name: 'roamguard', mtu: s.mtu, podCidrs: this.local.podCidrs, dataDir: s.cniIpamDataDir || undefined });
+    const text = renderConflist({ name: 'roamguard', mtu: this.tunnelMtu, podCidrs: this.local.podCidrs, dataDir: s.cniIpamDataDir || undefined });
     if (text === this.writtenConflist) return;
     if (await writeConflistAtomically(s.cniConfigPath, text)) this.log.info('wrote the CNI config', { path: s.cniConfigPath, podCidrs: this.local.podCidrs });
     this.writtenConflist = text;
@@ -407,6 +432,34 @@ export class Agent implements AgentStatusSource {
     this.privateKey = switched.privateKey;
     this.publicKey = switched.publicKey;
     this.keyRotations++;
+  }
+
+  /**
+   * Finds a peer's path MTU in the background (path-mtu.ts): DF-set pings to its gateway address,
+   * largest answered size wins. The pass that follows puts it on the peer's routes.
+   */
+  private probePathMtu(target: ProbeTarget, snapshot: DeviceSnapshot): void {
+    if (this.probing.has(target.key) || this.state === 'stopped') return;
+    this.probing.add(target.key);
+    const endpoint = snapshot.peers.find((p) => keyToBase64(p.publicKey) === target.key)?.endpoint?.toString();
+    const high = this.tunnelMtu;
+    void searchLargestFit(Math.min(MIN_PROBED_MTU, high), high, (size) => {
+      this.pathMtuProbes++;
+      return pingFits(target.address, size, this.runner);
+    }).then((mtu) => {
+      const { changed, before } = recordProbe(this.pathMtus, target, endpoint, mtu, Date.now());
+      if (mtu === undefined) {
+        this.log.info('path MTU probe got no answer at any size; keeping what was known', { node: target.nodeName, target: target.address, reason: target.reason, known: before });
+      } else if (changed) {
+        const level = mtu < high ? 'warn' : 'info';
+        this.log[level](mtu < high ? 'the path to a peer carries less than the tunnel MTU: its routes get the smaller MTU' : 'the path to a peer carries the whole tunnel MTU', {
+          node: target.nodeName, pathMtu: mtu, tunnelMtu: high, before, reason: target.reason, endpoint,
+        });
+        this.schedule(false);
+      }
+    }).catch((err: Error) => {
+      this.log.warn('path MTU probe failed', { node: target.nodeName, error: err.message });
+    }).finally(() => this.probing.delete(target.key));
   }
 
   /** Logs peers that lost or regained a working session (see reachability.ts). */
@@ -559,12 +612,22 @@ export class Agent implements AgentStatusSource {
       t = this.step('read', t);
       const plan = planReconcile(mesh.peers, snapshot, this.memory, {
         collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(),
+        aliveWindowMs: Math.max(10_000, 2 * s.persistentKeepalive * 1000),
       });
       t = this.step('plan', t);
       // Until the set answers, the model is unknown: a failure makes the next pass read.
       this.deviceModel = undefined;
       if (plan.request) await this.uapi!.set(plan.request);
-      this.deviceModel = plan.request ? applySetToSnapshot(snapshot, plan.request) : snapshot;
+      let model = plan.request ? applySetToSnapshot(snapshot, plan.request) : snapshot;
+      // A peer given a new endpoint gets a packet there now: it then answers on the new path,
+      // instead of its next keepalive on the old one roaming us back before we ever used it.
+      const moved = plan.actions.flatMap((a) => (a.kind === 'update' && a.endpoint !== undefined ? [{ publicKey: a.peer.publicKeyBytes, persistentKeepalive: a.peer.persistentKeepalive }] : []));
+      const kick = kickRequest(moved);
+      if (kick) {
+        await this.uapi!.set(kick);
+        model = applySetToSnapshot(model, kick);
+      }
+      this.deviceModel = model;
       t = this.step('set', t);
       if (!fromModel) {
         // What the data plane observed (roaming, handshakes) is only known from a fresh read.
@@ -580,14 +643,19 @@ export class Agent implements AgentStatusSource {
         });
       }
       t = this.step('observe', t);
-      const routesKey = JSON.stringify(mesh.tunnelRoutes);
+      // Path-MTU stalls are judged from the peers' counters, which only a fresh read has.
+      const due = s.pathMtuDiscovery && !fromModel ? dueProbes(mesh.peers, mesh.tunnelRoutes, snapshot, this.pathMtus, Date.now()) : [];
+      const wantedRoutes = routesWithPathMtu(mesh.tunnelRoutes, mesh.peers, this.pathMtus, this.tunnelMtu, s.pathMtuDiscovery);
+      const routesKey = JSON.stringify(wantedRoutes);
       if (full || routesKey !== this.appliedRoutes) {
-        const routes = await reconcileRoutes({ device: s.interfaceName, cidrs: mesh.tunnelRoutes, runner: this.runner });
+        const routes = await reconcileRoutes({ device: s.interfaceName, cidrs: wantedRoutes, runner: this.runner });
         const conflicts = newOnes(this.conflictsLogged, routes.conflicts.map((c) => ({ id: `${c.dst}\n${c.existing}`, item: c })));
         for (const c of conflicts) this.log.warn('not routing a pod CIDR into the tunnel: a route that is not the agent\'s already goes there, and the agent never replaces one', { destination: c.dst, existing: c.existing });
         this.routeConflicts += conflicts.length;
         this.appliedRoutes = routesKey;
       }
+      // After the routes: each probe needs the host route to its peer's gateway.
+      for (const target of due) this.probePathMtu(target, snapshot);
       await this.writeCni();
       t = this.step('routes', t);
     }
@@ -597,6 +665,7 @@ export class Agent implements AgentStatusSource {
     const ruleset = renderRuleset({
       tableName: s.nftTable, masquerade: s.masquerade, filter: s.filter,
       clusterPodCidrs: { v4: split.v4, v6: split.v6 }, localPodCidrs: { v4: local.v4, v6: local.v6 },
+      clampMssTo: !s.firewallOnly && s.pathMtuDiscovery ? s.interfaceName : undefined,
     });
     if (full || ruleset !== this.appliedRuleset) {
       await applyRuleset(ruleset, this.runner);

@@ -21,7 +21,10 @@ export interface Settings {
   listenPort: number;
   /** Seconds; 0 turns persistent keepalive off. */
   persistentKeepalive: number;
-  mtu: number;
+  /** The tunnel MTU; undefined = derived from the uplink (see control/host/uplink-mtu.ts). */
+  mtu: number | undefined;
+  /** Learn each peer's path MTU through the tunnel and set it on that peer's routes. */
+  pathMtuDiscovery: boolean;
   wgIpFamily: IpFamilyChoice;
   privateKeyPath: string;
   /** Seconds between automatic key rotations (measured from when the key file was written); 0 = never. */
@@ -96,6 +99,22 @@ function integer(defaultValue: number, min: number, max: number, doc: string): S
       const n = Number(value.trim());
       if (n < min || n > max) fail(name, value, `an integer from ${min} to ${max}`);
       return n;
+    },
+  };
+}
+
+/** `auto` (the default) or an integer in min..max. */
+function integerOrAuto(min: number, max: number, doc: string): Spec<number | undefined> {
+  const whole = integer(0, min, max, doc);
+  return {
+    default: 'auto', doc,
+    parse(value, name) {
+      if (value.trim().toLowerCase() === 'auto') return undefined;
+      try {
+        return whole.parse(value, name);
+      } catch {
+        return fail(name, value, `auto or an integer from ${min} to ${max}`);
+      }
     },
   };
 }
@@ -175,7 +194,8 @@ export const SETTINGS = {
     { test: (v) => INTERFACE_NAME.test(v) && v !== '.' && v !== '..', accepted: 'an interface name of 1-15 letters, digits, "_", "." or "-"' }),
   WG_LISTEN_PORT: integer(51820, 1, 65535, 'UDP port the data plane listens on (published per node, so nodes may differ)'),
   WG_PERSISTENT_KEEPALIVE: integer(25, 0, 65535, 'seconds between keepalives to every peer (keeps NAT mappings open); 0 = off'),
-  WG_MTU: integer(1420, 1280, 65535, 'MTU of the tunnel interface; the pods\' MTU follows it'),
+  WG_MTU: integerOrAuto(1280, 65535, 'MTU of the tunnel interface; the pods\' MTU follows it. auto = the MTU of the interface that carries the node\'s address, less the WireGuard overhead (60 bytes with WG_IP_FAMILY=ipv4, else 80): 1420 on a 1500 link'),
+  PATH_MTU_DISCOVERY: bool(true, 'probe each peer\'s path MTU through the tunnel and set it on the routes to that peer\'s pod CIDRs (pods then get "fragmentation needed", TCP MSS is clamped), so a narrower path between two nodes is no black hole'),
   WG_IP_FAMILY: oneOf<IpFamilyChoice>('dualstack', ['ipv4', 'ipv6', 'dualstack'], 'family of the tunnel endpoint address (dualstack prefers IPv4)'),
   PRIVATE_KEY_PATH: text('/var/lib/roamguard/private.key', 'WireGuard private key file (created 0600 on first start; keep it on persistent storage)', ABSOLUTE_PATH),
   KEY_ROTATION_INTERVAL: duration('0', 10, 'rotate the node\'s key this often (e.g. 30d), counted from when the key file was written; 0 = only on `roamguard rotate-key`'),
@@ -231,6 +251,7 @@ export function loadSettings(env: Env = process.env): Settings {
     listenPort: get('WG_LISTEN_PORT'),
     persistentKeepalive: get('WG_PERSISTENT_KEEPALIVE'),
     mtu: get('WG_MTU'),
+    pathMtuDiscovery: get('PATH_MTU_DISCOVERY'),
     wgIpFamily: get('WG_IP_FAMILY'),
     privateKeyPath: get('PRIVATE_KEY_PATH'),
     keyRotationInterval: get('KEY_ROTATION_INTERVAL'),

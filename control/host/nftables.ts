@@ -21,6 +21,8 @@
  *                                                   ptp puts on every host veth): never masqueraded
  *         per ENABLED family: nfproto F, saddr in pod set, daddr not in pod set,
  *                             daddr not local → masquerade
+ *   chain mss           filter hook forward, priority mangle — only with a tunnel and path MTU discovery
+ *         SYNs into the tunnel: TCP MSS set to the route's MTU (only ever lowered)
  *   chain forward       filter hook forward, priority filter, policy ACCEPT — only if a family filters
  *         per ENABLED family: established,related accept; (v6) icmpv6 accept; pod source accept;
  *                             to pods and not new accept; to local pods with ct status dnat accept;
@@ -74,6 +76,11 @@ export interface RulesetOptions {
   clusterPodCidrs: CidrsByFamily;
   /** This node's pod CIDRs. */
   localPodCidrs: CidrsByFamily;
+  /**
+   * The tunnel interface: TCP SYNs forwarded into it get their MSS clamped to the route's MTU, so
+   * pods' connections fit a peer whose path is narrower (per-peer route MTUs, path-mtu.ts).
+   */
+  clampMssTo?: string;
   /** kube-proxy's masquerade mark; packets carrying it are left to kube-proxy. Default 0x4000. */
   kubeProxyMasqueradeMark?: number;
 }
@@ -183,6 +190,19 @@ export function renderRuleset(options: RulesetOptions): string {
       );
     }
     lines.push('\t}');
+  }
+
+  if (options.clampMssTo !== undefined) {
+    const tunnel = options.clampMssTo;
+    if (!/^[A-Za-z0-9_.-]{1,15}$/.test(tunnel)) throw new Error(`bad interface name ${JSON.stringify(tunnel)} for MSS clamping`);
+    // Priority mangle, before the filter: the clamp applies to whatever the filter then lets through.
+    // The kernel only ever lowers an MSS this way.
+    lines.push(
+      '\tchain mss {',
+      '\t\ttype filter hook forward priority mangle; policy accept;',
+      `\t\toifname "${tunnel}" tcp flags & (syn | rst) == syn tcp option maxseg size set rt mtu comment "TCP from pods fits the route's (path) MTU"`,
+      '\t}',
+    );
   }
 
   lines.push('}', '');

@@ -57,38 +57,78 @@ function parseJsonArray(text: string, what: string): unknown[] {
   return value;
 }
 
+/** A route the agent wants on the tunnel: a destination and, when the path to it is narrower, its MTU. */
+export interface WantedRoute {
+  dst: string;
+  mtu?: number;
+}
+
 /**
- * Destinations in `ip -j route show` output, canonical ("10.9.1.5" → "10.9.1.5/32"). Entries
- * without a destination address ("default", "unreachable", multicast) are not ours and skipped.
+ * Routes in `ip -j route show` output, destinations canonical ("10.9.1.5" → "10.9.1.5/32"), with
+ * their MTU metric when they have one. Entries without a destination address ("default",
+ * "unreachable", multicast) are not ours and skipped.
  */
-export function parseRouteDestinations(json: string): string[] {
-  const out: string[] = [];
+export function parseRoutes(json: string): WantedRoute[] {
+  const out: WantedRoute[] = [];
   for (const entry of parseJsonArray(json, '`ip -j route` output')) {
-    const dst = (entry as { dst?: unknown }).dst;
-    if (typeof dst !== 'string' || dst === 'default') continue;
+    const e = entry as { dst?: unknown; metrics?: unknown };
+    if (typeof e.dst !== 'string' || e.dst === 'default') continue;
+    let dst: string;
     try {
-      out.push(formatPrefix(parsePrefix(dst)));
-    } catch { /* not an address route */ }
+      dst = formatPrefix(parsePrefix(e.dst));
+    } catch {
+      continue; // not an address route
+    }
+    const metrics = Array.isArray(e.metrics) ? e.metrics as Array<{ mtu?: unknown }> : [];
+    const mtu = metrics.map((m) => m?.mtu).find((m): m is number => typeof m === 'number');
+    out.push(mtu === undefined ? { dst } : { dst, mtu });
   }
   return out;
+}
+
+/** Destinations in `ip -j route show` output, canonical (see {@link parseRoutes}). */
+export function parseRouteDestinations(json: string): string[] {
+  return parseRoutes(json).map((r) => r.dst);
 }
 
 export interface RouteReconcileOptions {
   /** The tunnel interface. */
   device: string;
-  /** Remote pod CIDRs (either family); summarized before use. */
-  cidrs: readonly string[];
+  /**
+   * Remote pod CIDRs (either family), each optionally with the MTU its route carries; summarized
+   * before use (only routes with the same MTU are merged).
+   */
+  cidrs: ReadonlyArray<string | WantedRoute>;
   /** Default {@link DEFAULT_ROUTE_PROTOCOL}. */
   protocol?: number;
   runner?: CommandRunner;
 }
 
-/** Our routes (this protocol) on `device` of one family, canonical. */
-export async function listOwnRoutes(device: string, family: 4 | 6, protocol = DEFAULT_ROUTE_PROTOCOL, runner: CommandRunner = systemRunner): Promise<string[]> {
+/** Our routes (this protocol) on `device` of one family, canonical, with their MTUs. */
+export async function listOwnRoutes(device: string, family: 4 | 6, protocol = DEFAULT_ROUTE_PROTOCOL, runner: CommandRunner = systemRunner): Promise<WantedRoute[]> {
   validateDeviceName(device);
   validateProtocol(protocol);
   const result = await runChecked(runner, `list routes on ${device}`, 'ip', ['-j', `-${family}`, 'route', 'show', 'dev', device, 'proto', String(protocol)]);
-  return parseRouteDestinations(result.stdout);
+  return parseRoutes(result.stdout);
+}
+
+/** Summarizes each MTU's routes on their own (merging two routes must not change either's MTU). */
+function summarizeWanted(cidrs: ReadonlyArray<string | WantedRoute>): WantedRoute[] {
+  const byMtu = new Map<number | undefined, string[]>();
+  for (const c of cidrs) {
+    const route = typeof c === 'string' ? { dst: c } : c;
+    if (route.mtu !== undefined && (!Number.isInteger(route.mtu) || route.mtu < 576 || route.mtu > 65535)) {
+      throw new Error(`route MTU must be an integer 576..65535, got ${route.mtu} for ${route.dst}`);
+    }
+    let list = byMtu.get(route.mtu);
+    if (!list) byMtu.set(route.mtu, list = []);
+    list.push(route.dst);
+  }
+  const out: WantedRoute[] = [];
+  for (const [mtu, list] of byMtu) {
+    for (const p of summarizePrefixes(parseCidrList(list, 'route CIDRs'))) out.push(mtu === undefined ? { dst: formatPrefix(p) } : { dst: formatPrefix(p), mtu });
+  }
+  return out;
 }
 
 /** A route to a destination we wanted that belongs to someone else (the kernel, an admin, a daemon). */
@@ -124,63 +164,74 @@ export function foreignRoutes(json: string, dst: string, device: string, protoco
 }
 
 export interface RouteReport extends ReconcileReport {
+  /** Ours already, with another MTU now (`ip route change`). */
+  changed: string[];
   /** Wanted destinations left alone because a route that is not ours already goes there. */
   conflicts: RouteConflict[];
 }
 
 /**
- * Makes the routes with our protocol on `device` exactly the given CIDRs: missing ones are added
- * (`ip route add`), extra ones deleted. A destination that already has a route that is not ours
- * is a conflict: reported, nothing changed (never `replace`). Each family is listed and changed
- * on its own.
+ * Makes the routes with our protocol on `device` exactly the given CIDRs with their MTUs: missing
+ * ones are added (`ip route add`), ours with another MTU changed (`ip route change`), extra ones
+ * deleted. A destination that already has a route that is not ours is a conflict: reported,
+ * nothing changed (never `replace`). Each family is listed and changed on its own.
  *
  * The number of commands does not grow with the number of routes changed (a Node joining or
  * leaving a 5 000-node cluster can re-split the summarized pod CIDRs into dozens of routes): per
  * family one listing of ours, one listing of the main table when something is to be added (the
- * conflict check), one `ip -batch` of the adds and one of the deletes.
+ * conflict check), and one `ip -batch` each for the adds, the MTU changes and the deletes.
  */
 export async function reconcileRoutes(options: RouteReconcileOptions): Promise<RouteReport> {
   const device = validateDeviceName(options.device);
   const protocol = validateProtocol(options.protocol ?? DEFAULT_ROUTE_PROTOCOL);
   const runner = options.runner ?? systemRunner;
-  const desired = summarizePrefixes(parseCidrList(options.cidrs, 'route CIDRs'));
-  for (const p of desired) {
+  const desired = summarizeWanted(options.cidrs);
+  for (const r of desired) {
     // A /0 through the tunnel would take the host's own default route, and its underlay with it.
-    if (p.bits === 0) throw new Error(`refusing to route ${formatPrefix(p)} through ${device}`);
+    if (parsePrefix(r.dst).bits === 0) throw new Error(`refusing to route ${r.dst} through ${device}`);
   }
-  const report: RouteReport = { added: [], removed: [], conflicts: [] };
+  const mtuText = (r: WantedRoute) => (r.mtu === undefined ? '' : ` mtu ${r.mtu}`);
+  const report: RouteReport = { added: [], removed: [], changed: [], conflicts: [] };
   for (const family of [4, 6] as const) {
-    const want = desired.filter((p) => prefixFamily(p) === family).map(formatPrefix);
-    const wanted = new Set(want);
-    const have = new Set(await listOwnRoutes(device, family, protocol, runner));
-    const missing = want.filter((dst) => !have.has(dst));
+    const want = desired.filter((r) => prefixFamily(parsePrefix(r.dst)) === family);
+    const wanted = new Set(want.map((r) => r.dst));
+    const have = new Map((await listOwnRoutes(device, family, protocol, runner)).map((r) => [r.dst, r]));
+    const missing = want.filter((r) => !have.has(r.dst));
+    // Our own routes (this protocol, this device) with another MTU: changed in place, which never cuts traffic.
+    const retuned = want.filter((r) => have.has(r.dst) && have.get(r.dst)!.mtu !== r.mtu);
+    if (retuned.length > 0) {
+      await runChecked(runner, `set the MTU of ${retuned.length} route(s) through ${device}`, 'ip', [`-${family}`, '-batch', '-'], {
+        input: retuned.map((r) => `route change ${r.dst} dev ${device} proto ${protocol}${mtuText(r)}\n`).join(''),
+      });
+      report.changed.push(...retuned.map((r) => r.dst));
+    }
     if (missing.length > 0) {
       const table = await runChecked(runner, `list the IPv${family} main routing table`, 'ip', ['-j', `-${family}`, 'route', 'show', 'table', 'main']);
-      const free: string[] = [];
-      for (const dst of missing) {
-        const conflicts = foreignRoutes(table.stdout, dst, device, protocol);
+      const free: WantedRoute[] = [];
+      for (const route of missing) {
+        const conflicts = foreignRoutes(table.stdout, route.dst, device, protocol);
         if (conflicts.length > 0) report.conflicts.push(...conflicts);
-        else free.push(dst);
+        else free.push(route);
       }
       if (free.length > 0) {
         // `add`, not `replace`: should a route appear between the listing and now, the kernel
         // refuses (EEXIST) and that is a conflict too. `-force` goes on past such a line.
-        const added = await runner('ip', [`-${family}`, '-force', '-batch', '-'], { input: free.map((dst) => `route add ${dst} dev ${device} proto ${protocol}\n`).join('') });
-        if (added.code === 0) report.added.push(...free);
+        const added = await runner('ip', [`-${family}`, '-force', '-batch', '-'], { input: free.map((r) => `route add ${r.dst} dev ${device} proto ${protocol}${mtuText(r)}\n`).join('') });
+        if (added.code === 0) report.added.push(...free.map((r) => r.dst));
         else {
           const failures = added.stderr.split('\n').filter((line) => /^RTNETLINK answers:|^Error:/.test(line));
           if (failures.length === 0 || !failures.every((line) => /File exists/i.test(line))) {
             throw new Error(`cannot add routes through ${device}: ${added.command} exited ${added.code}: ${added.stderr.trim()}`);
           }
-          const now = new Set(await listOwnRoutes(device, family, protocol, runner));
-          for (const dst of free) {
+          const now = new Set((await listOwnRoutes(device, family, protocol, runner)).map((r) => r.dst));
+          for (const { dst } of free) {
             if (now.has(dst)) report.added.push(dst);
             else report.conflicts.push({ dst, existing: 'a route created meanwhile' });
           }
         }
       }
     }
-    const extra = [...have].filter((dst) => !wanted.has(dst));
+    const extra = [...have.keys()].filter((dst) => !wanted.has(dst));
     if (extra.length > 0) {
       await runChecked(runner, `remove ${extra.length} route(s) through ${device}`, 'ip', [`-${family}`, '-batch', '-'], {
         input: extra.map((dst) => `route del ${dst} dev ${device} proto ${protocol}\n`).join(''),

@@ -304,7 +304,7 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
       list.push({ observer: observer.name, endpoint });
     }
   }
-  const natView = (key: string, ownAddresses: readonly string[]) => natObservation(observations.get(key) ?? [], ownAddresses);
+  const natView = (key: string, ownAddresses: readonly string[]) => natObservation(observations.get(key) ?? [], ownAddresses, options.wgIpFamily);
   const selfNat = natView(self.publicKey, [...ownAddresses]);
 
   // Addresses published by more than one node identify none of them.
@@ -354,11 +354,20 @@ export interface NatObservation { address: string; endpoint: string }
  * addresses say nothing (a LAN neighbour sees the LAN address); any other address is its NAT's.
  * Several observers may disagree (a symmetric NAT maps each destination differently): the
  * endpoint most of them see wins, ties broken by observer name, so every node picks the same.
+ * Only mappings of the endpoint family count (`WG_IP_FAMILY`); with dualstack, IPv4 ones first,
+ * IPv6 ones only when there are none. Without that, one observer that reaches the node over the
+ * other family (a forced IPv6 endpoint of its own) can tip the vote, peers follow, their views
+ * change, and the vote swings back: endpoints flapping between families.
  */
-export function natObservation(observations: ReadonlyArray<{ observer: string; endpoint: string }>, ownAddresses: readonly string[]): NatObservation | undefined {
+export function natObservation(observations: ReadonlyArray<{ observer: string; endpoint: string }>, ownAddresses: readonly string[], family: IpFamilyChoice = 'dualstack'): NatObservation | undefined {
   const own = new Set(ownAddresses);
+  const isV4 = (endpoint: string) => Endpoint.parse(endpoint).family === 4;
+  const usable = observations.filter(({ endpoint }) => (family === 'ipv4' ? isV4(endpoint) : family === 'ipv6' ? !isV4(endpoint) : true));
+  const preferred = family === 'dualstack' && usable.some(({ endpoint }) => isV4(endpoint) && !own.has(Endpoint.parse(endpoint).host))
+    ? usable.filter(({ endpoint }) => isV4(endpoint))
+    : usable;
   const votes = new Map<string, { count: number; first: string }>();
-  for (const { observer, endpoint } of observations) {
+  for (const { observer, endpoint } of preferred) {
     const host = Endpoint.parse(endpoint).host;
     if (own.has(host)) continue;
     const v = votes.get(endpoint);

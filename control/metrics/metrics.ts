@@ -73,6 +73,9 @@ export const METRIC_HELP: Record<string, string> = {
   roamguard_mesh_refused_claims_total: 'claims of Nodes refused (a pod CIDR or node address the cluster did not give that node), each counted once while it lasts',
   roamguard_route_conflicts_total: 'pod CIDR routes not installed because a route that is not the agent\'s goes there (never replaced)',
   roamguard_own_annotations_restored_total: 'annotations of this Node put back after someone else changed them',
+  roamguard_tunnel_mtu_bytes: 'MTU of the tunnel interface (WG_MTU, or the uplink\'s less WireGuard\'s overhead)',
+  roamguard_path_mtu_probes_total: 'DF-set probe packets sizes tried to learn peers\' path MTUs',
+  roamguard_peer_path_mtu_bytes: 'largest packet that reaches the peer through the tunnel and back, as last probed (set on the routes to its pod CIDRs when below the tunnel MTU)',
   roamguard_peers_unreachable: 'peers without a working session (as the agent logs them: no first handshake within three keepalive periods, or none for 180 s + keepalive)',
   roamguard_dataplane_up: '1 when the data plane answers on its control socket',
   roamguard_dataplane_counters_available: '1 when the data plane answers roamguard\'s counters (0 for wireguard-go)',
@@ -132,6 +135,9 @@ export class AgentMetrics {
     gauge('roamguard_mesh_rejected_nodes');
     gauge('roamguard_mesh_waiting_nodes');
     for (const name of ['roamguard_mesh_refused_claims_total', 'roamguard_route_conflicts_total', 'roamguard_own_annotations_restored_total']) counter(name);
+    gauge('roamguard_tunnel_mtu_bytes');
+    counter('roamguard_path_mtu_probes_total');
+    gauge('roamguard_peer_path_mtu_bytes', PEER);
     gauge('roamguard_peers_unreachable');
     gauge('roamguard_dataplane_up');
     gauge('roamguard_dataplane_counters_available');
@@ -248,6 +254,11 @@ export class AgentMetrics {
     this.c('roamguard_mesh_refused_claims_total').inc(s.refusedClaims ?? 0);
     this.c('roamguard_route_conflicts_total').inc(s.routeConflicts ?? 0);
     this.c('roamguard_own_annotations_restored_total').inc(s.annotationsRestored ?? 0);
+    this.g('roamguard_tunnel_mtu_bytes').set(s.tunnelMtu ?? 0);
+    this.c('roamguard_path_mtu_probes_total').inc(s.pathMtuProbes ?? 0);
+    for (const [key, known] of s.pathMtus ?? []) {
+      if (known.mtu !== undefined) this.g('roamguard_peer_path_mtu_bytes').set({ node: mesh?.peers.get(key)?.nodeName ?? '', key: key.slice(0, 8) }, known.mtu);
+    }
 
     const { snapshot, stats } = reading;
     this.g('roamguard_dataplane_up').set(snapshot ? 1 : 0);

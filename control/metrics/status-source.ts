@@ -51,4 +51,8 @@ export interface AgentStatusSource {
   readonly refusedClaims?: number;
   readonly routeConflicts?: number;
   readonly annotationsRestored?: number;
+  /** The tunnel's MTU (0 before it is set up) and each peer's learned path MTU through it (base64 key). */
+  readonly tunnelMtu?: number;
+  readonly pathMtus?: ReadonlyMap<string, { readonly mtu: number | undefined }>;
+  readonly pathMtuProbes?: number;
 }

@@ -26,7 +26,9 @@ export function formatStatusTable(report: StatusReport, nowWallMs: number): stri
     report.listenPort > 0 ? `port ${report.listenPort}` : 'not listening',
     `${report.peers.length} peer${report.peers.length === 1 ? '' : 's'}`,
   ].filter(Boolean).join(' · ');
-  const rows: string[][] = [[...HEADERS]];
+  // PATH MTU only when the routes could be read (roamguard status on the node, as root).
+  const mtus = report.tunnelMtu !== undefined;
+  const rows: string[][] = [mtus ? [...HEADERS.slice(0, 4), 'PATH MTU', ...HEADERS.slice(4)] : [...HEADERS]];
   for (const p of report.peers) {
     const endpoint = p.endpoint === null ? '(none)' : p.roamed ? `${p.endpoint} (roamed)` : p.endpoint;
     rows.push([
@@ -34,6 +36,7 @@ export function formatStatusTable(report: StatusReport, nowWallMs: number): stri
       p.key,
       endpoint,
       p.allowedIps.length > 0 ? p.allowedIps.join(',') : '(none)',
+      ...(mtus ? [p.pathMtu === undefined ? '-' : p.pathMtu < report.tunnelMtu! ? `${p.pathMtu} (path)` : String(p.pathMtu)] : []),
       p.state === 'not configured' ? '-' : formatAge(p.lastHandshakeWallMs, nowWallMs),
       p.state === 'not configured' ? '-' : `rx ${formatBytes(p.rxBytes)}, tx ${formatBytes(p.txBytes)}`,
       p.state,

@@ -42,6 +42,11 @@ export interface PeerStatus {
   txBytes: number;
   persistentKeepalive: number;
   state: StatusState;
+  /**
+   * What fits through the tunnel to this peer: the MTU of the agent's routes to its pod CIDRs
+   * (its learned path MTU), else the tunnel's. Only when the routes could be read.
+   */
+  pathMtu?: number;
   /** roamguard's counters, when the data plane has them. */
   counters?: { handshakeAttempts: number; handshakeFailures: number; handshakesCompleted: number; endpointChanges: number };
 }
@@ -61,6 +66,8 @@ export interface StatusReport {
   peers: PeerStatus[];
   /** Nodes whose annotations the mesh cannot use, and why. */
   rejected: Array<{ node: string; reason: string }>;
+  /** The tunnel interface's MTU, when it could be read (then every peer has a pathMtu). */
+  tunnelMtu?: number;
 }
 
 export interface StatusInput {
@@ -74,6 +81,8 @@ export interface StatusInput {
   apiError?: string;
   /** NODE_NAME, when set. */
   nodeName?: string;
+  /** The tunnel's MTU and the agent's routes on it (`ip route`), when they could be read. */
+  routes?: { tunnelMtu: number; own: ReadonlyArray<{ dst: string; mtu?: number }> };
   /** As the agent computes endpoints (WG_IP_FAMILY, WG_LISTEN_PORT). */
   wgIpFamily: IpFamilyChoice;
   defaultListenPort: number;
@@ -102,6 +111,12 @@ export function buildStatus(input: StatusInput): StatusReport {
     wgIpFamily: input.wgIpFamily, nativeRouting: { ipv4: false, ipv6: false }, defaultListenPort: input.defaultListenPort, persistentKeepalive: 0,
   });
   const counters = new Map((input.stats?.peers ?? []).map((p) => [keyToBase64(p.publicKey), p]));
+  const routeMtu = new Map((input.routes?.own ?? []).filter((r) => r.mtu !== undefined).map((r) => [r.dst, r.mtu!]));
+  const pathMtuOf = (allowedIps: readonly string[]) => {
+    if (!input.routes) return {};
+    const mtus = allowedIps.map((c) => routeMtu.get(c)).filter((m): m is number => m !== undefined);
+    return { pathMtu: Math.min(input.routes.tunnelMtu, ...mtus) };
+  };
 
   const peers: PeerStatus[] = [];
   const configured = new Set<string>();
@@ -121,6 +136,7 @@ export function buildStatus(input: StatusInput): StatusReport {
       expectedSource: desired?.endpointSource ?? null,
       roamed: endpoint !== null && expected !== null && endpoint !== expected,
       allowedIps: peer.allowedIps.map(formatPrefix),
+      ...pathMtuOf(peer.allowedIps.map(formatPrefix)),
       lastHandshakeWallMs: peer.lastHandshakeWallMs,
       rxBytes: peer.rxBytes,
       txBytes: peer.txBytes,
@@ -151,6 +167,7 @@ export function buildStatus(input: StatusInput): StatusReport {
     peers,
     // Nodes left out and single claims refused: both are what an operator must look at.
     rejected: input.nodes ? [...mesh.rejected, ...(mesh.refused ?? []).map((r) => ({ node: r.node, reason: `${r.field}: ${r.reason}` }))] : [],
+    ...(input.routes ? { tunnelMtu: input.routes.tunnelMtu } : {}),
   };
 }
 

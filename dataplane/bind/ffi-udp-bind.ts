@@ -80,7 +80,7 @@ import { Endpoint, LocalSource } from '../net/endpoint.ts';
 import { formatIp } from '../net/ip.ts';
 import {
   AF_INET, AF_INET6, CMSGHDR_SIZE, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, EAGAIN, EBADF, EFD_CLOEXEC, EFD_NONBLOCK, EINTR, EINVAL, EIO,
-  EMSGSIZE, ENETUNREACH, ENODEV, ENOPROTOOPT, EOPNOTSUPP, IOVEC_SIZE, IPPROTO_IP, IPPROTO_IPV6, IPV6_PKTINFO, IPV6_RECVPKTINFO, IPV6_V6ONLY, IP_PKTINFO,
+  EMSGSIZE, ENETUNREACH, ENODEV, ENOPROTOOPT, EOPNOTSUPP, IOVEC_SIZE, IPPROTO_IP, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PKTINFO, IPV6_PMTUDISC_PROBE, IPV6_RECVPKTINFO, IPV6_V6ONLY, IP_MTU_DISCOVER, IP_PKTINFO, IP_PMTUDISC_PROBE,
   MMSGHDR_SIZE, MSG_DONTWAIT, SOCKADDR_IN6_SIZE,
   SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET, SOL_UDP, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF,
   SO_RXQ_OVFL, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
@@ -799,6 +799,14 @@ export class FfiUdpBind implements Bind, Liveness {
     // Each datagram comes with the local address it arrived on (sticky sources); without it, the kernel picks sources.
     if (family === AF_INET) libc.setsockopt(fd, IPPROTO_IP, IP_PKTINFO, on, 4);
     else libc.setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, on, 4);
+    // Every datagram leaves with DF set, never fragmented on the way: a path narrower than the tunnel
+    // then loses large datagrams whole instead of carrying them as fragments that NATs and firewalls
+    // often drop, which is what lets the agent's probes find each peer's path MTU (control/agent/
+    // path-mtu.ts). Without the option, GSO runs would leave without DF (the kernel sets it only on
+    // datagrams within the path MTU) and a router would fragment them.
+    const probe = new Uint8Array(4);
+    new Int32Array(probe.buffer)[0] = family === AF_INET ? IP_PMTUDISC_PROBE : IPV6_PMTUDISC_PROBE;
+    libc.setsockopt(fd, family === AF_INET ? IPPROTO_IP : IPPROTO_IPV6, family === AF_INET ? IP_MTU_DISCOVER : IPV6_MTU_DISCOVER, probe, 4);
     if (this.gro) {
       // Coalesced receives: a kernel without UDP_GRO simply delivers one datagram per message.
       const one = new Uint8Array(4);

@@ -43,7 +43,16 @@ export const SO_RXQ_OVFL = 40;
 export const IPPROTO_IP = 0;
 /** IPv4: received datagrams carry a struct in_pktinfo (the local address and interface); on send, it picks the source. */
 export const IP_PKTINFO = 8;
+/**
+ * Path-MTU behaviour of a socket (int). IP_PMTUDISC_PROBE: every datagram carries DF and the kernel
+ * neither fragments it nor refuses it for a path MTU learned from ICMP; only the device MTU limits it.
+ */
+export const IP_MTU_DISCOVER = 10;
+export const IP_PMTUDISC_PROBE = 3;
 export const IPPROTO_IPV6 = 41;
+/** IPv6 counterparts of IP_MTU_DISCOVER / IP_PMTUDISC_PROBE (IPv6 routers never fragment anyway). */
+export const IPV6_MTU_DISCOVER = 23;
+export const IPV6_PMTUDISC_PROBE = 3;
 export const IPV6_V6ONLY = 26;
 /** IPv6: received datagrams carry a struct in6_pktinfo (cmsg type IPV6_PKTINFO); on send, IPV6_PKTINFO picks the source. */
 export const IPV6_RECVPKTINFO = 49;

@@ -88,6 +88,18 @@ function series(text: string): Map<string, string> {
 }
 
 describe('agent metrics', () => {
+  test('path MTU: the tunnel\'s, probes tried, and each probed peer\'s learned path MTU (node and short key)', async () => {
+    const source = Object.assign(new FakeSource(), {
+      tunnelMtu: 1420, pathMtuProbes: 9,
+      pathMtus: new Map([[B64[0], { mtu: 1216 }], [B64[1], { mtu: undefined }]]),
+    });
+    const s = series(await new AgentMetrics(source, { defaultMetrics: false, now: () => NOW }).scrape());
+    assert.equal(s.get('roamguard_tunnel_mtu_bytes'), '1420');
+    assert.equal(s.get('roamguard_path_mtu_probes_total'), '9');
+    assert.equal(s.get(`roamguard_peer_path_mtu_bytes{node="node-2",key="${B64[0].slice(0, 8)}"}`), '1216');
+    assert.ok(![...s.keys()].some((k) => k.startsWith('roamguard_peer_path_mtu_bytes{node="node-3"')), 'not probed yet: no series');
+  });
+
   test('agent, informer, reconcile and mesh series', async () => {
     const metrics = new AgentMetrics(new FakeSource(), { defaultMetrics: false, now: () => NOW });
     const s = series(await metrics.scrape());

@@ -22,7 +22,8 @@ describe('agent settings', () => {
     assert.equal(s.interfaceName, 'roamguard0');
     assert.equal(s.listenPort, 51820);
     assert.equal(s.persistentKeepalive, 25);
-    assert.equal(s.mtu, 1420);
+    assert.equal(s.mtu, undefined, 'auto: derived from the uplink');
+    assert.equal(s.pathMtuDiscovery, true);
     assert.equal(s.wgIpFamily, 'dualstack');
     assert.equal(s.privateKeyPath, '/var/lib/roamguard/private.key');
     assert.equal(s.cniConfigPath, '/etc/cni/net.d/10-roamguard.conflist');
@@ -91,7 +92,9 @@ describe('agent settings', () => {
     ['WG_LISTEN_PORT', '70000', /integer from 1 to 65535/],
     ['WG_LISTEN_PORT', 'http', /integer from 1 to 65535/],
     ['WG_PERSISTENT_KEEPALIVE', '-1', /integer from 0 to 65535/],
-    ['WG_MTU', '576', /integer from 1280 to 65535/],
+    ['WG_MTU', '576', /auto or an integer from 1280 to 65535/],
+    ['WG_MTU', 'automatic', /auto or an integer from 1280 to 65535/],
+    ['PATH_MTU_DISCOVERY', 'sometimes', /true\/false/],
     ['WG_IP_FAMILY', 'ipv5', /one of ipv4, ipv6, dualstack/],
     ['PRIVATE_KEY_PATH', 'relative/key', /absolute path/],
     ['KEY_ROTATION_INTERVAL', '5', /0 \(off\) or a duration such as 3600, 90m, 12h or 30d \(at least 10 s/],

@@ -127,7 +127,7 @@ describe('deploy/roamguard.yaml', () => {
     for (const c of [agent, dataplane]) assert.ok(c.resources.requests.cpu && c.resources.requests.memory, `${c.name} requests`);
   });
 
-  test('least privilege: no privileged container, NET_ADMIN only, seccomp, read-only roots, the token in the agent only', () => {
+  test('least privilege: no privileged container, NET_ADMIN only (and NET_RAW for the agent\'s path-MTU pings), seccomp, read-only roots, the token in the agent only', () => {
     assert.equal(pod.automountServiceAccountToken, false, 'no token in every container');
     assert.deepEqual(pod.securityContext.seccompProfile, { type: 'RuntimeDefault' });
     for (const c of pod.containers) {
@@ -135,7 +135,7 @@ describe('deploy/roamguard.yaml', () => {
         privileged: false,
         allowPrivilegeEscalation: false,
         readOnlyRootFilesystem: true,
-        capabilities: { drop: ['ALL'], add: ['NET_ADMIN'] },
+        capabilities: { drop: ['ALL'], add: c.name === 'agent' ? ['NET_ADMIN', 'NET_RAW'] : ['NET_ADMIN'] },
         seccompProfile: { type: 'RuntimeDefault' },
       }, c.name);
       // A read-only root: scratch space on an emptyDir.
@@ -288,7 +288,7 @@ describe('Dockerfile', () => {
     assert.match(dockerfile, /^ARG RUNTIME=node$/m);
     assert.match(dockerfile, /RUN bash scripts\/build-image-tree\.sh --runtime "\$\{RUNTIME\}"/);
     assert.match(dockerfile, /^COPY --from=build \/image\/ \/$/m);
-    assert.match(dockerfile, /apt-get install -y --no-install-recommends nftables iproute2 libsodium23/);
+    assert.match(dockerfile, /apt-get install -y --no-install-recommends nftables iproute2 iputils-ping libsodium23/);
     assert.match(dockerfile, /^ENV ROAMGUARD_RUNTIME=\$\{RUNTIME\}/m);
     // The script picks from the whole checkout, with the installed node_modules of the stage.
     assert.match(dockerfile, /^COPY package\.json package-lock\.json \.\/\n((COPY |#)[^\n]*\n)*RUN npm ci /m);

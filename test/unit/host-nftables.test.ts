@@ -205,6 +205,17 @@ describe('renderRuleset: input checks', () => {
   });
 });
 
+describe('renderRuleset: MSS clamping into the tunnel', () => {
+  test('only with a tunnel: SYNs leaving through it get the route\'s MTU as MSS, before the filter, never a drop', () => {
+    assert.equal(parse(renderRuleset(options())).chains.get('mss'), undefined);
+    const p = parse(renderRuleset(options({ clampMssTo: 'roamguard0' })));
+    const mss = p.chains.get('mss')!;
+    assert.equal(mss[0], 'type filter hook forward priority mangle; policy accept;');
+    assert.deepEqual(rules(p, 'mss').map((r) => r.replace(/ comment ".*"$/, '')), ['oifname "roamguard0" tcp flags & (syn | rst) == syn tcp option maxseg size set rt mtu']);
+    assert.throws(() => renderRuleset(options({ clampMssTo: 'rg0"; drop' })), /bad interface name/);
+  });
+});
+
 describe('nft -c accepts every rendered ruleset (real nft, kernel check, nothing changed)', () => {
   const bools = [false, true];
   for (const m4 of bools) for (const m6 of bools) for (const f4 of bools) for (const f6 of bools) {
@@ -212,7 +223,7 @@ describe('nft -c accepts every rendered ruleset (real nft, kernel check, nothing
       for (const sets of [{ c: CLUSTER, l: LOCAL }, { c: { v4: [], v6: [] }, l: { v4: [], v6: [] } }]) {
         const text = renderRuleset({
           tableName: 'rgunitcheck', masquerade: { ipv4: m4, ipv6: m6 }, filter: { ipv4: f4, ipv6: f6 },
-          clusterPodCidrs: sets.c, localPodCidrs: sets.l,
+          clusterPodCidrs: sets.c, localPodCidrs: sets.l, clampMssTo: f4 ? 'rg-unit0' : undefined,
         });
         await checkRuleset(text);
       }

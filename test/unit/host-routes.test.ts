@@ -12,7 +12,7 @@ import {
 } from '../../control/host/routes.ts';
 import type { CommandRunner } from '../../control/host/runner.ts';
 
-interface Route { dst: string; dev: string; proto: string }
+interface Route { dst: string; dev: string; proto: string; mtu?: number }
 
 /** Just enough of `ip` for routes.ts; every command is recorded as one string. */
 function fakeIp(initial: { routes?: Route[]; addresses?: string[] } = {}) {
@@ -52,14 +52,22 @@ function fakeIp(initial: { routes?: Route[]; addresses?: string[] } = {}) {
       const [, , , , , dev, , proto] = a;
       const shown = routes.filter((r) => r.dev === dev && r.proto === proto && (r.dst.includes(':') ? 6 : 4) === family);
       // The kernel prints host routes without their /32 or /128.
-      return ok(JSON.stringify(shown.map((r) => ({ dst: r.dst.replace(/\/(32|128)$/, ''), scope: 'link', flags: [] }))));
+      return ok(JSON.stringify(shown.map((r) => ({ dst: r.dst.replace(/\/(32|128)$/, ''), scope: 'link', flags: [], ...(r.mtu ? { metrics: [{ mtu: r.mtu }] } : {}) }))));
+    }
+    if (a[1] === 'route' && a[2] === 'change') {
+      const [, , , dst, , dev, , proto, mtuWord, mtu] = a;
+      const route = routes.find((r) => r.dst === dst && r.dev === dev && r.proto === proto);
+      assert.ok(route, `changing a route that is not ours: ${a.join(' ')}`);
+      // Like the kernel: the new route replaces the old, so a metric not given is gone.
+      route.mtu = mtuWord === 'mtu' ? Number(mtu) : undefined;
+      return ok();
     }
     if (a[1] === 'route' && a[2] === 'replace') throw new Error(`route replace takes over routes that are not ours: ${a.join(' ')}`);
     if (a[1] === 'route' && a[2] === 'add') {
       const [, , , dst, , dev, , proto] = a;
       // The kernel refuses a second route to the same destination (same table, metric, tos).
       if (routes.some((r) => r.dst === dst)) return { command: `ip ${a.join(' ')}`, code: 2, signal: null, stdout: '', stderr: 'RTNETLINK answers: File exists\n' };
-      routes.push({ dst, dev, proto });
+      routes.push({ dst, dev, proto, ...(a[8] === 'mtu' ? { mtu: Number(a[9]) } : {}) });
       return ok();
     }
     if (a[1] === 'route' && a[2] === 'del') {
@@ -87,6 +95,26 @@ function fakeIp(initial: { routes?: Route[]; addresses?: string[] } = {}) {
 const P = String(DEFAULT_ROUTE_PROTOCOL);
 
 describe('reconcileRoutes', () => {
+  test('routes carry their MTU: added with it, changed in place, cleared; only equal MTUs are summarized', async () => {
+    const ip = fakeIp();
+    const first = await reconcileRoutes({
+      device: 'rg0', runner: ip.runner,
+      cidrs: [{ dst: '10.244.2.0/24', mtu: 1216 }, '10.244.3.0/24', { dst: 'fd00:10:244:2::/64', mtu: 1216 }, '10.244.2.1/32'],
+    });
+    assert.deepEqual(first, { added: ['10.244.2.0/24', '10.244.2.1/32', '10.244.3.0/24', 'fd00:10:244:2::/64'], removed: [], changed: [], conflicts: [] });
+    assert.ok(ip.log.includes(`< route add 10.244.2.0/24 dev rg0 proto ${P} mtu 1216`), ip.log.join('\n'));
+    assert.ok(ip.log.includes(`< route add fd00:10:244:2::/64 dev rg0 proto ${P} mtu 1216`));
+    assert.ok(ip.log.includes(`< route add 10.244.3.0/24 dev rg0 proto ${P}`));
+    // The same wish again: nothing to do.
+    const again = ['10.244.3.0/24', { dst: '10.244.2.0/24', mtu: 1216 }, '10.244.2.1/32', { dst: 'fd00:10:244:2::/64', mtu: 1216 }];
+    assert.deepEqual(await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: again }), { added: [], removed: [], changed: [], conflicts: [] });
+    // The path grew back: the MTU goes (in place, no delete), and now the two /24 merge into a /23 and the /32 is covered.
+    const grown = await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.244.2.0/24', '10.244.3.0/24', '10.244.2.1/32', { dst: 'fd00:10:244:2::/64', mtu: 1300 }] });
+    assert.deepEqual(grown, { added: ['10.244.2.0/23'], removed: ['10.244.2.0/24', '10.244.2.1/32', '10.244.3.0/24'], changed: ['fd00:10:244:2::/64'], conflicts: [] });
+    assert.deepEqual(ip.routes.map((r) => [r.dst, r.mtu]).sort(), [['10.244.2.0/23', undefined], ['fd00:10:244:2::/64', 1300]]);
+    await assert.rejects(reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: [{ dst: '10.244.9.0/24', mtu: 100 }] }), /route MTU must be an integer 576\.\.65535, got 100/);
+  });
+
   test('adds missing, removes extra (ours only), per family; a second pass does nothing', async () => {
     const ip = fakeIp({
       routes: [
@@ -100,7 +128,7 @@ describe('reconcileRoutes', () => {
       device: 'rg0', runner: ip.runner,
       cidrs: ['10.244.2.0/24', '10.244.4.0/25', '10.244.4.128/25', 'fd00:10:244:2::/64', '10.244.5.7/32'],
     });
-    assert.deepEqual(report, { added: ['10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], removed: ['10.244.9.0/24'], conflicts: [] });
+    assert.deepEqual(report, { added: ['10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], removed: ['10.244.9.0/24'], changed: [], conflicts: [] });
     assert.deepEqual(ip.log, [
       // Per family: our routes, the main table (conflict check), one batch of adds, one of deletes.
       `-j -4 route show dev rg0 proto ${P}`,
@@ -119,11 +147,11 @@ describe('reconcileRoutes', () => {
     assert.ok(ip.routes.some((r) => r.dst === '10.244.3.0/24' && r.dev === 'eth0'));
 
     ip.log.length = 0;
-    assert.deepEqual(await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.244.5.7/32', 'fd00:10:244:2::/64', '10.244.4.0/24', '10.244.2.0/24'] }), { added: [], removed: [], conflicts: [] });
+    assert.deepEqual(await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.244.5.7/32', 'fd00:10:244:2::/64', '10.244.4.0/24', '10.244.2.0/24'] }), { added: [], removed: [], changed: [], conflicts: [] });
     assert.equal(ip.log.length, 2, 'only the two listings');
 
     assert.deepEqual(await removeRoutes({ device: 'rg0', runner: ip.runner }), {
-      added: [], removed: ['10.244.2.0/24', '10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], conflicts: [],
+      added: [], removed: ['10.244.2.0/24', '10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], changed: [], conflicts: [],
     });
     assert.deepEqual(ip.routes.map((r) => r.dst).sort(), ['10.244.3.0/24', '192.168.7.0/24']);
   });
@@ -160,7 +188,7 @@ describe('reconcileRoutes', () => {
       return ip.runner(cmd, args, options);
     };
     const report = await reconcileRoutes({ device: 'rg0', runner: racing, cidrs: ['10.244.4.0/24', '10.244.6.0/24'] });
-    assert.deepEqual(report, { added: ['10.244.6.0/24'], removed: [], conflicts: [{ dst: '10.244.4.0/24', existing: 'a route created meanwhile' }] }, 'the rest of the batch still lands');
+    assert.deepEqual(report, { added: ['10.244.6.0/24'], removed: [], changed: [], conflicts: [{ dst: '10.244.4.0/24', existing: 'a route created meanwhile' }] }, 'the rest of the batch still lands');
     assert.deepEqual(ip.routes.filter((r) => r.dst === '10.244.4.0/24'), [{ dst: '10.244.4.0/24', dev: 'eth0', proto: 'static' }], 'the other route is left as it is');
   });
 

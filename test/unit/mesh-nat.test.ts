@@ -81,6 +81,18 @@ describe('mesh: endpoints behind NAT', () => {
     assert.equal(natObservation([{ observer: 'a', endpoint: '10.0.0.1:51820' }], ['10.0.0.1']), undefined);
   });
 
+  test('observations count only in the endpoint family; dualstack prefers IPv4 mappings even when more observers report IPv6 ones', () => {
+    const seen = [
+      { observer: 'c1', endpoint: '203.0.113.10:51821' },
+      { observer: 'c2', endpoint: '[2001:db8:1::a]:51821' },
+      { observer: 'h1', endpoint: '[2001:db8:1::a]:51821' },
+    ];
+    assert.equal(natObservation(seen, [])?.endpoint, '203.0.113.10:51821');
+    assert.equal(natObservation(seen, [], 'ipv6')?.endpoint, '[2001:db8:1::a]:51821');
+    assert.equal(natObservation(seen.slice(1), [], 'ipv4'), undefined, 'no IPv4 mapping: none for IPv4 endpoints');
+    assert.equal(natObservation(seen.slice(1), [])?.endpoint, '[2001:db8:1::a]:51821', 'dualstack without any IPv4 mapping takes IPv6');
+  });
+
   test('force-endpoint beats everything; no address and no observation means no endpoint', () => {
     assert.deepEqual(chooseEndpoint({ forced: '1.2.3.4:5', published: '10.0.0.1:1', nat: { address: '9.9.9.9', endpoint: '9.9.9.9:1' } }), { endpoint: '1.2.3.4:5', source: 'forced' });
     assert.deepEqual(chooseEndpoint({}), {});

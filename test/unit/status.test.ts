@@ -156,6 +156,16 @@ describe('status output', () => {
     assert.ok(!text.includes(K2), 'only short keys in the table');
   });
 
+  test('with the routes readable: each peer\'s path MTU (its routes\' MTU, else the tunnel\'s) in a PATH MTU column', () => {
+    const report = buildStatus(input({ routes: { tunnelMtu: 1420, own: [{ dst: '10.244.2.0/24', mtu: 1216 }, { dst: '10.244.3.0/24' }] } }));
+    assert.equal(report.tunnelMtu, 1420);
+    assert.deepEqual(report.peers.map((p) => [p.node, p.pathMtu]), [['node-2', 1216], ['node-3', 1420], ['node-4', undefined], ['-', 1420]]);
+    const lines = formatStatusTable(report, NOW).split('\n');
+    assert.match(lines[1], /ALLOWED IPS +PATH MTU +HANDSHAKE/);
+    assert.match(lines[2], /10\.244\.2\.0\/24 +1216 \(path\) +12s ago/);
+    assert.match(lines[3], /10\.244\.3\.0\/24 +1420 +3m 20s ago/);
+  });
+
   test('the table without the API says why names are missing', () => {
     const text = formatStatusTable(buildStatus(input({ nodes: undefined, apiError: 'no answer' })), NOW);
     assert.match(text, /node names unavailable: cannot read Nodes from the API server \(no answer\)/);
