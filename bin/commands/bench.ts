@@ -5,14 +5,17 @@
 import { relative } from 'node:path';
 import type { Command } from '../roamguard.ts';
 import { USAGE, parseBenchArgs, type BenchOptions } from '../../bench/suite/options.ts';
+import { AGENT_SCALE_USAGE, parseAgentScaleArgs, type AgentScaleOptions } from '../../bench/suite/agent-scale-options.ts';
 
 export const bench: Command = {
-  summary: 'benchmark roamguard (Node, Bun) against wireguard-go and the raw link in network namespaces, plus microbenchmarks and a 1 000-peer scale run (root)',
-  usage: USAGE,
+  summary: 'benchmark roamguard (Node, Bun) against wireguard-go and the raw link in network namespaces, plus microbenchmarks and a 1 000-peer scale run; --agent-scale: one agent against N simulated Nodes (root)',
+  usage: `${USAGE}\n\n${AGENT_SCALE_USAGE}`,
   async run(args) {
-    let opts: BenchOptions;
+    let opts!: BenchOptions;
+    let agentScale: AgentScaleOptions | undefined;
     try {
-      opts = parseBenchArgs(args);
+      if (args.includes('--agent-scale')) agentScale = parseAgentScaleArgs(args);
+      else opts = parseBenchArgs(args);
     } catch (err) {
       console.error(`roamguard bench: ${(err as Error).message}`);
       return 2;
@@ -32,6 +35,7 @@ export const bench: Command = {
       console.error(`roamguard bench: ${(err as Error).message}`);
       return 1;
     }
+    if (agentScale) return runAgentScaleCommand(agentScale, args);
     const { runBench } = await import('../../bench/suite/runner.ts');
     const { renderMarkdown, saveResults } = await import('../../bench/suite/report.ts');
     const { renderBarChartSvg, throughputChart } = await import('../../bench/suite/chart.ts');
@@ -62,3 +66,31 @@ export const bench: Command = {
     return 0;
   },
 };
+
+/** `roamguard bench --agent-scale`: one agent-scale run per N, then the table (and the raw figures with --out). */
+async function runAgentScaleCommand(options: AgentScaleOptions, args: readonly string[]): Promise<number> {
+  const { runAgentScale, renderAgentScale } = await import('../../bench/suite/agent-scale.ts');
+  const { mkdirSync, writeFileSync } = await import('node:fs');
+  const { join } = await import('node:path');
+  const command = ['roamguard', 'bench', ...args].join(' ');
+  const results = [];
+  for (const settings of options.runs) {
+    process.stderr.write(`agent-scale run with ${settings.nodes} simulated Nodes\n`);
+    try {
+      results.push(await runAgentScale(settings, (line) => process.stderr.write(`${line}\n`)));
+    } catch (err) {
+      process.stderr.write(`roamguard bench: the agent-scale run with ${settings.nodes} Nodes failed: ${(err as Error).message}\n`);
+      return 1;
+    }
+  }
+  const markdown = renderAgentScale(results, command);
+  process.stdout.write(`\n${markdown}`);
+  if (options.outDir) {
+    mkdirSync(options.outDir, { recursive: true });
+    const stem = join(options.outDir, `${new Date().toISOString().slice(0, 10)}-agent-scale`);
+    writeFileSync(`${stem}.json`, `${JSON.stringify(results, null, 2)}\n`);
+    writeFileSync(`${stem}.md`, markdown);
+    process.stderr.write(`saved ${stem}.json and ${stem}.md\n`);
+  }
+  return 0;
+}

@@ -23,6 +23,7 @@ import { desiredMesh, sortAddresses, specPodCidrs, type MeshState } from '../mes
 import { parseAllowedRanges, podCidrRefusal } from '../mesh/claims.ts';
 import { parsePrefix } from '../../dataplane/net/ip.ts';
 import { newReconcileMemory, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
+import { applySetToSnapshot } from '../mesh/device-model.ts';
 import { judgeReachability, type ReachabilityMemory } from './reachability.ts';
 import { observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
 import { annotationDrift, forceEndpointChange, ownAnnotations, restorePatch, type AnnotationPatch } from './own-annotations.ts';
@@ -73,6 +74,9 @@ export type AgentState = 'starting' | 'running' | 'stopped';
  * (a NAT mapping that changed) reach the `discovered-endpoints` annotation this fast.
  */
 export const DISCOVERY_INTERVAL_MS = 5000;
+
+/** Under constant Node churn the data plane is still read at least this often. */
+export const MAX_MODEL_AGE_MS = 30_000;
 
 export class Agent implements AgentStatusSource {
   state: AgentState = 'starting';
@@ -143,8 +147,21 @@ export class Agent implements AgentStatusSource {
   private timer: NodeJS.Timeout | undefined;
   private resyncTimer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
+  /** Milliseconds of each step of the pass in progress (for the 'reconciled' debug line). */
+  private steps: Record<string, number> = {};
   private again = false;
   private forceNext = false;
+  private readNext = true;
+  /** The discovery interval has passed since the last read (a read is wanted, not required). */
+  private discoveryDue = false;
+  /** Node changes arrived since the last pass started. */
+  private nodeEventsPending = false;
+  private lastReadAt = 0;
+  /**
+   * The data plane as the last `get=1` showed it with every `set` since applied (device-model.ts):
+   * what a pass for a Node change plans against.
+   */
+  private deviceModel: DeviceSnapshot | undefined;
 
   constructor(private readonly deps: AgentDeps) {
     this.settings = deps.settings;
@@ -185,11 +202,20 @@ export class Agent implements AgentStatusSource {
       });
     }
     this.watcher = new NodeWatcher(this.kc, { log: this.log });
-    this.watcher.onChange(() => this.schedule(false));
+    // A Node change is planned against the model of the data plane (no read of every peer).
+    this.watcher.onChange(() => {
+      this.nodeEventsPending = true;
+      this.schedule(false, false);
+    });
     await this.watcher.start();
     this.state = 'running';
     this.resyncTimer = setInterval(() => this.schedule(true), s.resyncInterval * 1000);
-    if (!s.firewallOnly) this.discoveryTimer = setInterval(() => this.schedule(false), DISCOVERY_INTERVAL_MS);
+    if (!s.firewallOnly) {
+      this.discoveryTimer = setInterval(() => {
+        this.discoveryDue = true;
+        this.schedule(false, false);
+      }, DISCOVERY_INTERVAL_MS);
+    }
     this.schedule(true);
   }
 
@@ -451,10 +477,15 @@ export class Agent implements AgentStatusSource {
     }
   }
 
-  /** Queues a reconcile pass; `full` also re-reads local facts and re-applies host state. */
-  private schedule(full: boolean): void {
+  /**
+   * Queues a reconcile pass; `full` also re-reads local facts and re-applies host state; `read`
+   * reads the data plane (`get=1`) instead of planning against the model of what was set. Events
+   * that arrive while a pass runs are coalesced into one next pass.
+   */
+  private schedule(full: boolean, read = true): void {
     if (this.state === 'stopped') return;
     this.forceNext ||= full;
+    this.readNext ||= read;
     if (this.running) {
       this.again = true;
       return;
@@ -463,27 +494,49 @@ export class Agent implements AgentStatusSource {
     this.timer = setTimeout(() => {
       this.timer = undefined;
       const force = this.forceNext;
+      // The discovery read yields to Node changes waiting to be planned (under churn a read of
+      // every peer would come before each of them), unless the model has gone unread too long.
+      const discoveryRead = this.discoveryDue && (!this.nodeEventsPending || Date.now() - this.lastReadAt >= MAX_MODEL_AGE_MS);
+      const read = this.readNext || force || discoveryRead;
       this.forceNext = false;
-      this.running = this.pass(force).finally(() => {
+      this.readNext = false;
+      this.nodeEventsPending = false;
+      if (read) {
+        this.discoveryDue = false;
+        this.lastReadAt = Date.now();
+      }
+      this.running = this.pass(force, read).finally(() => {
         this.running = undefined;
         if (this.again) {
           this.again = false;
-          this.schedule(false);
+          this.schedule(false, false);
         }
       });
     }, this.deps.debounceMs ?? 50);
   }
 
-  private async pass(full: boolean): Promise<void> {
+  private async pass(full: boolean, read: boolean): Promise<void> {
     const started = Date.now();
+    const cpu = process.cpuUsage();
+    const uapi = this.uapi ? { ...this.uapi.traffic } : undefined;
+    this.steps = {};
     try {
-      await this.reconcile(full);
+      await this.reconcile(full, read);
       this.recordPassDuration(started);
       this.reconciles++;
-      this.log.debug('reconciled', { ms: Date.now() - started });
+      // What one pass costs (the agent-scale bench reads these): time, this process's CPU, control socket traffic.
+      const used = process.cpuUsage(cpu);
+      const t = this.uapi?.traffic;
+      this.log.debug('reconciled', {
+        ms: Date.now() - started, full, read, cpuMs: Math.round((used.user + used.system) / 1000), peers: this.lastMesh?.peers.size,
+        ...Object.fromEntries(Object.entries(this.steps).map(([k, v]) => [`${k}Ms`, Math.round(v)])),
+        ...(uapi && t ? { uapiOperations: t.operations - uapi.operations, uapiBytesSent: t.bytesSent - uapi.bytesSent, uapiBytesReceived: t.bytesReceived - uapi.bytesReceived, uapiMs: Math.round(t.ms - uapi.ms) } : {}),
+      });
     } catch (err) {
       this.recordPassDuration(started);
       this.reconcileErrors++;
+      // The data plane may have gone or restarted: the model no longer stands for it.
+      this.readNext = true;
       this.log.error('reconcile failed; the mesh stays as it is and the next pass retries', { error: (err as Error).message });
       this.again = true;
       await new Promise((r) => setTimeout(r, 1000));
@@ -495,8 +548,16 @@ export class Agent implements AgentStatusSource {
     this.reconcileDurationMsTotal += this.lastReconcileDurationMs;
   }
 
-  private async reconcile(full: boolean): Promise<void> {
+  /** Adds the time since `since` to step `name` of this pass; returns now. */
+  private step(name: string, since: number): number {
+    const now = performance.now();
+    this.steps[name] = (this.steps[name] ?? 0) + now - since;
+    return now;
+  }
+
+  private async reconcile(full: boolean, read: boolean): Promise<void> {
     const s = this.settings;
+    let t = performance.now();
     const watcher = this.watcher!;
     const nodes = watcher.list() as NodeObject[];
     const own = nodes.find((n) => n.metadata?.name === s.nodeName);
@@ -511,6 +572,7 @@ export class Agent implements AgentStatusSource {
     if (!s.firewallOnly) await this.followKeyFile();
     // Fail static: an API server that cannot be read or patched now must not hold up the mesh.
     await this.restoreOwnAnnotations(own).catch((err: Error) => this.log.warn('could not check or restore this Node\'s annotations; the next pass retries', { node: s.nodeName, error: err.message }));
+    t = this.step('local', t);
     const mesh = desiredMesh(nodes, {
       nodeName: s.nodeName, publicKey: this.publicKey || '-', podCidrs: this.local.podCidrs, addresses: this.local.addresses,
     }, {
@@ -518,6 +580,7 @@ export class Agent implements AgentStatusSource {
       podCidrAllowedRanges: s.podCidrAllowedRanges, workingAtOwnAddress: this.workingHere,
     });
     this.lastMesh = mesh;
+    t = this.step('mesh', t);
     const refused = newOnes(this.refusedLogged, (mesh.refused ?? []).map((r) => ({ id: `${r.node}\n${r.field}\n${r.claim}`, item: r })));
     for (const r of refused) this.log.warn('refused a claim of a node: the rest of its claims and the mesh are unaffected', { node: r.node, field: r.field, claim: r.claim, reason: r.reason });
     this.refusedClaims += refused.length;
@@ -527,30 +590,51 @@ export class Agent implements AgentStatusSource {
 
     if (!s.firewallOnly) {
       let fresh = full ? await this.setUpTunnel() : false;
-      const device = await this.uapi!.get().catch((err: Error) => {
-        this.log.warn('the data plane does not answer; starting it again', { interface: s.interfaceName, error: err.message });
-        return undefined;
-      });
-      if (!device || device.privateKey === undefined || keyToBase64(device.privateKey) !== keyToBase64(this.privateKey!)) {
-        // The data plane died or restarted under us: bring it back and give it its identity
-        // before any peer; its new interface needs the routes again.
-        fresh = (await this.setUpTunnel()) || fresh;
+      let snapshot: DeviceSnapshot;
+      const fromModel = !read && !fresh && this.deviceModel !== undefined;
+      if (fromModel) {
+        snapshot = this.deviceModel!;
+      } else {
+        const device = await this.uapi!.get().catch((err: Error) => {
+          this.log.warn('the data plane does not answer; starting it again', { interface: s.interfaceName, error: err.message });
+          return undefined;
+        });
+        const healthy = device !== undefined && device.privateKey !== undefined && keyToBase64(device.privateKey) === keyToBase64(this.privateKey!);
+        if (!healthy) {
+          // The data plane died or restarted under us: bring it back and give it its identity
+          // before any peer; its new interface needs the routes again.
+          fresh = (await this.setUpTunnel()) || fresh;
+        }
+        // One read per pass when the data plane was fine: at 5 000 peers a get=1 is 2 MB.
+        snapshot = healthy ? device : await this.uapi!.get();
       }
       if (fresh) this.appliedRoutes = '';
-      const snapshot = await this.uapi!.get();
+      t = this.step('read', t);
       const plan = planReconcile(mesh.peers, snapshot, this.memory, {
         collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(),
         aliveWindowMs: Math.max(10_000, 2 * s.persistentKeepalive * 1000),
       });
+      t = this.step('plan', t);
+      // Until the set answers, the model is unknown: a failure makes the next pass read.
+      this.deviceModel = undefined;
       if (plan.request) await this.uapi!.set(plan.request);
+      let model = plan.request ? applySetToSnapshot(snapshot, plan.request) : snapshot;
       // A peer given a new endpoint gets a packet there now: it then answers on the new path,
       // instead of its next keepalive on the old one roaming us back before we ever used it.
       const moved = plan.actions.flatMap((a) => (a.kind === 'update' && a.endpoint !== undefined ? [{ publicKey: a.peer.publicKeyBytes, persistentKeepalive: a.peer.persistentKeepalive }] : []));
       const kick = kickRequest(moved);
-      if (kick) await this.uapi!.set(kick);
-      await this.publishDiscovered(mesh, snapshot);
-      this.checkReachability(mesh, snapshot);
-      this.workingHere = workingAtOwnAddress(mesh.peers, snapshot, Date.now());
+      if (kick) {
+        await this.uapi!.set(kick);
+        model = applySetToSnapshot(model, kick);
+      }
+      this.deviceModel = model;
+      t = this.step('set', t);
+      if (!fromModel) {
+        // What the data plane observed (roaming, handshakes) is only known from a fresh read.
+        await this.publishDiscovered(mesh, snapshot);
+        this.checkReachability(mesh, snapshot);
+        this.workingHere = workingAtOwnAddress(mesh.peers, snapshot, Date.now());
+      }
       for (const action of plan.actions) {
         if (action.kind === 'remove') this.log.info('removed a peer whose key no Node carries', { key: action.publicKey.slice(0, 8) });
         else this.log.info(action.kind === 'add' ? 'added a peer' : 'updated a peer', {
@@ -558,7 +642,9 @@ export class Agent implements AgentStatusSource {
           ...(action.kind === 'update' ? { added: action.added, removed: action.removed, endpointSet: action.endpoint !== undefined } : { allowedIps: action.peer.allowedIps, carriedEndpoint: action.carriedEndpoint }),
         });
       }
-      const due = s.pathMtuDiscovery ? dueProbes(mesh.peers, mesh.tunnelRoutes, snapshot, this.pathMtus, Date.now()) : [];
+      t = this.step('observe', t);
+      // Path-MTU stalls are judged from the peers' counters, which only a fresh read has.
+      const due = s.pathMtuDiscovery && !fromModel ? dueProbes(mesh.peers, mesh.tunnelRoutes, snapshot, this.pathMtus, Date.now()) : [];
       const wantedRoutes = routesWithPathMtu(mesh.tunnelRoutes, mesh.peers, this.pathMtus, this.tunnelMtu, s.pathMtuDiscovery);
       const routesKey = JSON.stringify(wantedRoutes);
       if (full || routesKey !== this.appliedRoutes) {
@@ -571,6 +657,7 @@ export class Agent implements AgentStatusSource {
       // After the routes: each probe needs the host route to its peer's gateway.
       for (const target of due) this.probePathMtu(target, snapshot);
       await this.writeCni();
+      t = this.step('routes', t);
     }
 
     const split = splitCidrsByFamily(mesh.clusterPodCidrs);
@@ -585,6 +672,7 @@ export class Agent implements AgentStatusSource {
       if (ruleset !== this.appliedRuleset) this.log.info('applied the nftables table', { table: s.nftTable, podCidrs: mesh.clusterPodCidrs });
       this.appliedRuleset = ruleset;
     }
+    t = this.step('nft', t);
     if (watcher.synced && !this.ready) {
       this.ready = true;
       this.log.info('ready: the Node list is synced and the mesh is configured', { peers: mesh.peers.size, rejected: mesh.rejected.length });

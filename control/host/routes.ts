@@ -175,6 +175,11 @@ export interface RouteReport extends ReconcileReport {
  * ones are added (`ip route add`), ours with another MTU changed (`ip route change`), extra ones
  * deleted. A destination that already has a route that is not ours is a conflict: reported,
  * nothing changed (never `replace`). Each family is listed and changed on its own.
+ *
+ * The number of commands does not grow with the number of routes changed (a Node joining or
+ * leaving a 5 000-node cluster can re-split the summarized pod CIDRs into dozens of routes): per
+ * family one listing of ours, one listing of the main table when something is to be added (the
+ * conflict check), and one `ip -batch` each for the adds, the MTU changes and the deletes.
  */
 export async function reconcileRoutes(options: RouteReconcileOptions): Promise<RouteReport> {
   const device = validateDeviceName(options.device);
@@ -185,41 +190,53 @@ export async function reconcileRoutes(options: RouteReconcileOptions): Promise<R
     // A /0 through the tunnel would take the host's own default route, and its underlay with it.
     if (parsePrefix(r.dst).bits === 0) throw new Error(`refusing to route ${r.dst} through ${device}`);
   }
-  const mtuArgs = (r: WantedRoute) => (r.mtu === undefined ? [] : ['mtu', String(r.mtu)]);
+  const mtuText = (r: WantedRoute) => (r.mtu === undefined ? '' : ` mtu ${r.mtu}`);
   const report: RouteReport = { added: [], removed: [], changed: [], conflicts: [] };
   for (const family of [4, 6] as const) {
     const want = desired.filter((r) => prefixFamily(parsePrefix(r.dst)) === family);
-    const have = await listOwnRoutes(device, family, protocol, runner);
-    for (const route of want) {
-      const dst = route.dst;
-      const mine = have.find((h) => h.dst === dst);
-      if (mine) {
-        if (mine.mtu === route.mtu) continue;
-        // Our own route (this protocol, this device): changing it in place never cuts traffic.
-        await runChecked(runner, `set the MTU of the route to ${dst}`, 'ip', [`-${family}`, 'route', 'change', dst, 'dev', device, 'proto', String(protocol), ...mtuArgs(route)]);
-        report.changed.push(dst);
-        continue;
-      }
-      const existing = await runChecked(runner, `list routes to ${dst}`, 'ip', ['-j', `-${family}`, 'route', 'show', 'exact', dst]);
-      const conflicts = foreignRoutes(existing.stdout, dst, device, protocol);
-      if (conflicts.length > 0) {
-        report.conflicts.push(...conflicts);
-        continue;
-      }
-      // `add`, not `replace`: should a route appear between the listing and now, the kernel
-      // refuses (EEXIST) and that is a conflict too.
-      const added = await runner('ip', [`-${family}`, 'route', 'add', dst, 'dev', device, 'proto', String(protocol), ...mtuArgs(route)]);
-      if (added.code !== 0 && /File exists/i.test(added.stderr)) {
-        report.conflicts.push({ dst, existing: 'a route created meanwhile' });
-        continue;
-      }
-      if (added.code !== 0) throw new Error(`cannot add the route to ${dst}: ${added.command} exited ${added.code}: ${added.stderr.trim()}`);
-      report.added.push(dst);
+    const wanted = new Set(want.map((r) => r.dst));
+    const have = new Map((await listOwnRoutes(device, family, protocol, runner)).map((r) => [r.dst, r]));
+    const missing = want.filter((r) => !have.has(r.dst));
+    // Our own routes (this protocol, this device) with another MTU: changed in place, which never cuts traffic.
+    const retuned = want.filter((r) => have.has(r.dst) && have.get(r.dst)!.mtu !== r.mtu);
+    if (retuned.length > 0) {
+      await runChecked(runner, `set the MTU of ${retuned.length} route(s) through ${device}`, 'ip', [`-${family}`, '-batch', '-'], {
+        input: retuned.map((r) => `route change ${r.dst} dev ${device} proto ${protocol}${mtuText(r)}\n`).join(''),
+      });
+      report.changed.push(...retuned.map((r) => r.dst));
     }
-    for (const { dst } of have) {
-      if (want.some((r) => r.dst === dst)) continue;
-      await runChecked(runner, `remove the route to ${dst}`, 'ip', [`-${family}`, 'route', 'del', dst, 'dev', device, 'proto', String(protocol)]);
-      report.removed.push(dst);
+    if (missing.length > 0) {
+      const table = await runChecked(runner, `list the IPv${family} main routing table`, 'ip', ['-j', `-${family}`, 'route', 'show', 'table', 'main']);
+      const free: WantedRoute[] = [];
+      for (const route of missing) {
+        const conflicts = foreignRoutes(table.stdout, route.dst, device, protocol);
+        if (conflicts.length > 0) report.conflicts.push(...conflicts);
+        else free.push(route);
+      }
+      if (free.length > 0) {
+        // `add`, not `replace`: should a route appear between the listing and now, the kernel
+        // refuses (EEXIST) and that is a conflict too. `-force` goes on past such a line.
+        const added = await runner('ip', [`-${family}`, '-force', '-batch', '-'], { input: free.map((r) => `route add ${r.dst} dev ${device} proto ${protocol}${mtuText(r)}\n`).join('') });
+        if (added.code === 0) report.added.push(...free.map((r) => r.dst));
+        else {
+          const failures = added.stderr.split('\n').filter((line) => /^RTNETLINK answers:|^Error:/.test(line));
+          if (failures.length === 0 || !failures.every((line) => /File exists/i.test(line))) {
+            throw new Error(`cannot add routes through ${device}: ${added.command} exited ${added.code}: ${added.stderr.trim()}`);
+          }
+          const now = new Set((await listOwnRoutes(device, family, protocol, runner)).map((r) => r.dst));
+          for (const { dst } of free) {
+            if (now.has(dst)) report.added.push(dst);
+            else report.conflicts.push({ dst, existing: 'a route created meanwhile' });
+          }
+        }
+      }
+    }
+    const extra = [...have.keys()].filter((dst) => !wanted.has(dst));
+    if (extra.length > 0) {
+      await runChecked(runner, `remove ${extra.length} route(s) through ${device}`, 'ip', [`-${family}`, '-batch', '-'], {
+        input: extra.map((dst) => `route del ${dst} dev ${device} proto ${protocol}\n`).join(''),
+      });
+      report.removed.push(...extra);
     }
   }
   return report;

@@ -44,7 +44,7 @@ export const LIMITS = {
 
 /** The subset of a Kubernetes Node the mesh reads (plain JSON, as the API server sends it). */
 export interface NodeObject {
-  metadata?: { name?: string; annotations?: Record<string, string> | null; creationTimestamp?: string | Date; deletionTimestamp?: string | Date | null };
+  metadata?: { name?: string; resourceVersion?: string; annotations?: Record<string, string> | null; creationTimestamp?: string | Date; deletionTimestamp?: string | Date | null };
   spec?: { podCIDR?: string; podCIDRs?: string[] } | null;
   status?: { addresses?: Array<{ type?: string; address?: string }> | null } | null;
 }

@@ -21,6 +21,7 @@
  * other claim (see `RefusedClaim`).
  */
 import { formatPrefix, parseIp, parsePrefix, type Prefix } from '../../dataplane/net/ip.ts';
+import type { PrefixIndex } from './prefix-index.ts';
 
 /** One claim left out of the mesh: which node, which field, what it claimed and why not. */
 export interface RefusedClaim {
@@ -93,15 +94,27 @@ export function parseAllowedRanges(list: readonly string[]): Prefix[] {
   return list.map((text) => parsePrefix(text));
 }
 
+/**
+ * Claims held by nodes: a list (scanned in order) or a PrefixIndex of the same entries in the same
+ * order (what desiredMesh passes, so a pass over many Nodes is not quadratic); both name the same
+ * first match.
+ */
+export type Holdings<E> = ReadonlyArray<E> | PrefixIndex<E>;
+
+function firstOverlap<E>(holdings: Holdings<E>, query: Prefix, prefixOf: (e: E) => Prefix): E | undefined {
+  if (Array.isArray(holdings)) return (holdings as ReadonlyArray<E>).find((e) => prefixesOverlap(prefixOf(e), query));
+  return (holdings as PrefixIndex<E>).firstOverlapping(query);
+}
+
 export interface PodCidrContext {
   /** This node's `spec.podCIDRs` (both families). */
   spec: readonly Prefix[];
   /** `POD_CIDR_ALLOWED_RANGES`. */
   allowed: readonly Prefix[];
   /** Every node address the claim must not cover (status addresses of all Nodes, our own). */
-  nodeAddresses: ReadonlyArray<{ address: Uint8Array; node: string }>;
+  nodeAddresses: Holdings<{ address: Uint8Array; node: string }>;
   /** Pod CIDRs already held (this node's own and every earlier node's accepted claims). */
-  held: ReadonlyArray<{ prefix: Prefix; node: string }>;
+  held: Holdings<{ prefix: Prefix; node: string }>;
 }
 
 /** Why `claim` may not be this node's pod CIDR, or undefined when it may. */
@@ -117,16 +130,16 @@ export function podCidrRefusal(claim: Prefix, ctx: PodCidrContext): string | und
       ? `is not within POD_CIDR_ALLOWED_RANGES (${bounds.map(formatPrefix).join(', ')}) and the node has no spec.podCIDRs of that family`
       : 'the node has no spec.podCIDRs of that family and POD_CIDR_ALLOWED_RANGES allows none';
   }
-  const address = ctx.nodeAddresses.find((a) => prefixContains(claim, hostPrefix(a.address)));
+  const address = firstOverlap(ctx.nodeAddresses, claim, (a) => hostPrefix(a.address));
   if (address) return `covers an address of node ${address.node}`;
-  const other = ctx.held.find((h) => prefixesOverlap(h.prefix, claim));
+  const other = firstOverlap(ctx.held, claim, (h) => h.prefix);
   if (other) return `overlaps a pod CIDR of node ${other.node}`;
   return undefined;
 }
 
 export interface NodeIpContext {
   /** Every pod CIDR in the cluster: accepted claims and every Node's spec.podCIDRs. */
-  podCidrs: ReadonlyArray<{ prefix: Prefix; node: string }>;
+  podCidrs: Holdings<{ prefix: Prefix; node: string }>;
   allowed: readonly Prefix[];
 }
 
@@ -135,7 +148,7 @@ export function nodeIpRefusal(address: Uint8Array, ctx: NodeIpContext): string |
   const host = hostPrefix(address);
   const reserved = parsedNotUnicast.find((r) => prefixContains(r.prefix, host));
   if (reserved) return `is not global unicast (${reserved.name})`;
-  const pod = ctx.podCidrs.find((p) => prefixContains(p.prefix, host));
+  const pod = firstOverlap(ctx.podCidrs, host, (p) => p.prefix);
   if (pod) return `is inside a pod CIDR of node ${pod.node} (${formatPrefix(pod.prefix)})`;
   const allowed = ctx.allowed.find((p) => prefixContains(p, host));
   if (allowed) return `is inside POD_CIDR_ALLOWED_RANGES (${formatPrefix(allowed)})`;

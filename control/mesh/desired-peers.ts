@@ -18,9 +18,10 @@
  */
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { parseIp, parsePrefix, type Prefix } from '../../dataplane/net/ip.ts';
-import { ANNOTATION, canonicalIp, parseDiscoveredEndpoints, parseNodeAnnotations, type NodeObject } from './annotations.ts';
+import { ANNOTATION, canonicalIp, parseDiscoveredEndpoints, parseNodeAnnotations, type AnnotationResult, type NodeObject } from './annotations.ts';
 import { isSiteLocalAddress, nodeIpRefusal, parseAllowedRanges, podCidrRefusal, type RefusedClaim } from './claims.ts';
 import type { IpFamilyChoice, PerFamily } from '../config/settings.ts';
+import { PrefixIndex } from './prefix-index.ts';
 
 export interface DesiredPeer {
   nodeName: string;
@@ -99,8 +100,26 @@ function comparePrefixes(a: Prefix, b: Prefix): number {
   return a.bits - b.bits;
 }
 
+/** Texts parsed by sortAddresses (the same ones every pass); bounded, dropped whole when full. */
+const parsedTexts = new Map<string, Prefix>();
+
+function parsedText(text: string): Prefix {
+  let prefix = parsedTexts.get(text);
+  if (prefix === undefined) {
+    prefix = parsePrefix(text);
+    if (parsedTexts.size >= 100_000) parsedTexts.clear();
+    parsedTexts.set(text, prefix);
+  }
+  return prefix;
+}
+
 export function sortAddresses(list: Iterable<string>): string[] {
-  return [...new Set(list)].sort(compareAddressText);
+  // Each text parsed once (not once per comparison, and not again next pass): the cluster's pod
+  // CIDRs are 10 000 texts at 5 000 Nodes.
+  return [...new Set(list)]
+    .map((text) => ({ text, prefix: parsedText(text) }))
+    .sort((a, b) => comparePrefixes(a.prefix, b.prefix))
+    .map((e) => e.text);
 }
 
 function familyOfText(text: string): 4 | 6 {
@@ -153,6 +172,37 @@ function statusAddresses(node: NodeObject): string[] {
   return out;
 }
 
+/** What desiredMesh reads from one Node object, parsed. Shared between passes: never modified. */
+interface NodeFacts {
+  resourceVersion: string;
+  annotations: AnnotationResult;
+  statusAddresses: string[];
+  specPodCidrs: Prefix[];
+  discovered: Map<string, string>;
+}
+
+/**
+ * Parsed facts per Node object, reused while the object (the informer's cached one) and its
+ * resourceVersion stay the same: a pass over 5 000 Nodes then parses only the Nodes that changed.
+ * Objects without a resourceVersion (made by hand) are parsed every time.
+ */
+const factsCache = new WeakMap<object, NodeFacts>();
+
+function nodeFacts(node: NodeObject): NodeFacts {
+  const resourceVersion = node.metadata?.resourceVersion;
+  const cached = resourceVersion ? factsCache.get(node) : undefined;
+  if (cached && cached.resourceVersion === resourceVersion) return cached;
+  const facts: NodeFacts = {
+    resourceVersion: resourceVersion ?? '',
+    annotations: parseNodeAnnotations(node),
+    statusAddresses: statusAddresses(node),
+    specPodCidrs: specPodCidrs(node),
+    discovered: parseDiscoveredEndpoints(node),
+  };
+  if (resourceVersion) factsCache.set(node, facts);
+  return facts;
+}
+
 /** Computes the desired mesh from every Node. Never throws on what Nodes contain. */
 export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, options: MeshOptions): MeshState {
   const rejected: Rejection[] = [];
@@ -164,13 +214,18 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
   const allowed = parseAllowedRanges(options.podCidrAllowedRanges ?? []);
 
   const keyOwner = new Map<string, string>([[self.publicKey, self.nodeName]]);
+  // Claims and addresses are looked up through prefix indexes (same first match as a scan in
+  // this order), so a pass is not quadratic in the number of Nodes.
   const cidrClaims: Array<{ prefix: Prefix; node: string }> = self.podCidrs.map((c) => ({ prefix: parsePrefix(c), node: self.nodeName }));
+  const heldClaims = new PrefixIndex<{ prefix: Prefix; node: string }>();
+  for (const c of cidrClaims) heldClaims.add(c.prefix, c);
   const ownAddresses = new Set(self.addresses.map((a) => canonicalIp(a, 'own address')));
   // Addresses the kubelet reports (and ours): no pod CIDR claim may cover one.
-  const knownAddresses = [
+  const knownAddresses = new PrefixIndex<{ address: Uint8Array; node: string }>();
+  for (const entry of [
     ...[...ownAddresses].map((a) => ({ address: parseIp(a), node: self.nodeName })),
-    ...ordered.flatMap((n) => statusAddresses(n).map((a) => ({ address: parseIp(a), node: n.metadata!.name! }))),
-  ];
+    ...ordered.flatMap((n) => nodeFacts(n).statusAddresses.map((a) => ({ address: parseIp(a), node: n.metadata!.name! }))),
+  ]) knownAddresses.add({ address: entry.address, bits: entry.address.length * 8 }, entry);
 
   interface Candidate {
     node: NodeObject; name: string; publicKey: string; publicKeyBytes: Uint8Array; podCidrs: string[]; nodeIps: string[];
@@ -179,7 +234,7 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
   const candidates: Candidate[] = [];
   for (const node of ordered) {
     const name = node.metadata!.name!;
-    const parsed = parseNodeAnnotations(node);
+    const parsed = nodeFacts(node).annotations;
     if (!parsed.ok) {
       if (parsed.missing) waiting.push(name);
       else rejected.push({ node: name, reason: parsed.reason });
@@ -194,26 +249,28 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
       continue;
     }
     keyOwner.set(a.publicKey, name);
-    const spec = specPodCidrs(node);
+    const spec = nodeFacts(node).specPodCidrs;
     const podCidrs: string[] = [];
     for (const claim of a.podCidrs) {
       const prefix = parsePrefix(claim);
-      const reason = podCidrRefusal(prefix, { spec, allowed, nodeAddresses: knownAddresses, held: cidrClaims });
+      const reason = podCidrRefusal(prefix, { spec, allowed, nodeAddresses: knownAddresses, held: heldClaims });
       if (reason !== undefined) {
         refused.push({ node: name, field: ANNOTATION.podCidrs, claim, reason: `${claim} ${reason}` });
         continue;
       }
       cidrClaims.push({ prefix, node: name });
+      heldClaims.add(prefix, { prefix, node: name });
       podCidrs.push(claim);
     }
     candidates.push({ node, name, publicKey: a.publicKey, publicKeyBytes: a.publicKeyBytes, podCidrs, nodeIps: a.nodeIps, listenPort: a.listenPort, forced: a.forceEndpoint });
   }
 
   // Node addresses become /32 and /128 allowed-IPs: none may take a pod's address.
-  const everyPodCidr = [
+  const everyPodCidr = new PrefixIndex<{ prefix: Prefix; node: string }>();
+  for (const entry of [
     ...cidrClaims,
-    ...nodes.flatMap((n) => specPodCidrs(n).map((prefix) => ({ prefix, node: n.metadata?.name ?? '?' }))),
-  ];
+    ...nodes.flatMap((n) => nodeFacts(n).specPodCidrs.map((prefix) => ({ prefix, node: n.metadata?.name ?? '?' }))),
+  ]) everyPodCidr.add(entry.prefix, entry);
   const checkAddresses = (name: string, field: string, list: readonly string[]): string[] => list.filter((ip) => {
     const reason = nodeIpRefusal(parseIp(ip), { podCidrs: everyPodCidr, allowed });
     if (reason !== undefined) refused.push({ node: name, field, claim: ip, reason: `${ip} ${reason}` });
@@ -226,7 +283,7 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
   }
   const accepted: Accepted[] = [];
   for (const c of candidates) {
-    const status = statusAddresses(c.node);
+    const status = nodeFacts(c.node).statusAddresses;
     const addresses = sortAddresses([
       ...checkAddresses(c.name, ANNOTATION.nodeIps, c.nodeIps),
       ...checkAddresses(c.name, 'status.addresses', status.filter((ip) => !c.nodeIps.includes(ip))),
@@ -234,7 +291,7 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
     let published: string | undefined;
     const host = selectEndpointHost(addresses, options.wgIpFamily);
     if (host !== undefined) published = new Endpoint(host, c.listenPort ?? options.defaultListenPort).toString();
-    accepted.push({ name: c.name, publicKey: c.publicKey, publicKeyBytes: c.publicKeyBytes, podCidrs: c.podCidrs, addresses, published, forced: c.forced, discovered: parseDiscoveredEndpoints(c.node) });
+    accepted.push({ name: c.name, publicKey: c.publicKey, publicKeyBytes: c.publicKeyBytes, podCidrs: c.podCidrs, addresses, published, forced: c.forced, discovered: nodeFacts(c.node).discovered });
   }
 
   // What every node sees every other node at: key → observations (observer name, endpoint).

@@ -20,12 +20,31 @@ function fakeIp(initial: { routes?: Route[]; addresses?: string[] } = {}) {
   const addresses: string[] = [...(initial.addresses ?? [])];
   const log: string[] = [];
   const ok = (stdout = '') => ({ command: '', code: 0, signal: null, stdout, stderr: '' });
-  const runner: CommandRunner = async (cmd, args) => {
+  const runner: CommandRunner = async (cmd, args, options) => {
     assert.equal(cmd, 'ip');
     const a = [...args];
     log.push(a.join(' '));
-    if (a[0] === '-j' && a[2] === 'route' && a[3] === 'show' && a[4] === 'exact') {
-      const shown = routes.filter((r) => r.dst === a[5]);
+    if (a.includes('-batch')) {
+      // `ip -4 [-force] -batch -`: each line of the input is one command (logged as `< line`);
+      // the first failure ends the batch unless -force, and any failure makes the exit code 1.
+      assert.deepEqual(a.slice(-2), ['-batch', '-']);
+      let stderr = '';
+      for (const [i, line] of (options?.input ?? '').split('\n').filter(Boolean).entries()) {
+        log.push(`< ${line}`);
+        const result = await apply([a[0], ...line.split(' ')]);
+        if (result.code !== 0) {
+          stderr += `${result.stderr}Command failed -:${i + 1}\n`;
+          if (!a.includes('-force')) break;
+        }
+      }
+      return { command: `ip ${a.join(' ')}`, code: stderr ? 1 : 0, signal: null, stdout: '', stderr };
+    }
+    return apply(a);
+  };
+  const apply = async (a: string[]) => {
+    if (a[0] === '-j' && a[2] === 'route' && a[3] === 'show' && a[4] === 'table') {
+      const family = a[1] === '-6' ? 6 : 4;
+      const shown = routes.filter((r) => (r.dst.includes(':') ? 6 : 4) === family);
       return ok(JSON.stringify(shown.map((r) => ({ dst: r.dst.replace(/\/(32|128)$/, ''), dev: r.dev, protocol: r.proto, scope: 'link', flags: [] }))));
     }
     if (a[0] === '-j' && a[2] === 'route' && a[3] === 'show') {
@@ -83,9 +102,9 @@ describe('reconcileRoutes', () => {
       cidrs: [{ dst: '10.244.2.0/24', mtu: 1216 }, '10.244.3.0/24', { dst: 'fd00:10:244:2::/64', mtu: 1216 }, '10.244.2.1/32'],
     });
     assert.deepEqual(first, { added: ['10.244.2.0/24', '10.244.2.1/32', '10.244.3.0/24', 'fd00:10:244:2::/64'], removed: [], changed: [], conflicts: [] });
-    assert.ok(ip.log.includes(`-4 route add 10.244.2.0/24 dev rg0 proto ${P} mtu 1216`), ip.log.join('\n'));
-    assert.ok(ip.log.includes(`-6 route add fd00:10:244:2::/64 dev rg0 proto ${P} mtu 1216`));
-    assert.ok(ip.log.includes(`-4 route add 10.244.3.0/24 dev rg0 proto ${P}`));
+    assert.ok(ip.log.includes(`< route add 10.244.2.0/24 dev rg0 proto ${P} mtu 1216`), ip.log.join('\n'));
+    assert.ok(ip.log.includes(`< route add fd00:10:244:2::/64 dev rg0 proto ${P} mtu 1216`));
+    assert.ok(ip.log.includes(`< route add 10.244.3.0/24 dev rg0 proto ${P}`));
     // The same wish again: nothing to do.
     const again = ['10.244.3.0/24', { dst: '10.244.2.0/24', mtu: 1216 }, '10.244.2.1/32', { dst: 'fd00:10:244:2::/64', mtu: 1216 }];
     assert.deepEqual(await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: again }), { added: [], removed: [], changed: [], conflicts: [] });
@@ -111,15 +130,18 @@ describe('reconcileRoutes', () => {
     });
     assert.deepEqual(report, { added: ['10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], removed: ['10.244.9.0/24'], changed: [], conflicts: [] });
     assert.deepEqual(ip.log, [
+      // Per family: our routes, the main table (conflict check), one batch of adds, one of deletes.
       `-j -4 route show dev rg0 proto ${P}`,
-      '-j -4 route show exact 10.244.4.0/24',
-      `-4 route add 10.244.4.0/24 dev rg0 proto ${P}`,
-      '-j -4 route show exact 10.244.5.7/32',
-      `-4 route add 10.244.5.7/32 dev rg0 proto ${P}`,
-      `-4 route del 10.244.9.0/24 dev rg0 proto ${P}`,
+      '-j -4 route show table main',
+      '-4 -force -batch -',
+      `< route add 10.244.4.0/24 dev rg0 proto ${P}`,
+      `< route add 10.244.5.7/32 dev rg0 proto ${P}`,
+      '-4 -batch -',
+      `< route del 10.244.9.0/24 dev rg0 proto ${P}`,
       `-j -6 route show dev rg0 proto ${P}`,
-      '-j -6 route show exact fd00:10:244:2::/64',
-      `-6 route add fd00:10:244:2::/64 dev rg0 proto ${P}`,
+      '-j -6 route show table main',
+      '-6 -force -batch -',
+      `< route add fd00:10:244:2::/64 dev rg0 proto ${P}`,
     ]);
     assert.ok(ip.routes.some((r) => r.dst === '192.168.7.0/24'));
     assert.ok(ip.routes.some((r) => r.dst === '10.244.3.0/24' && r.dev === 'eth0'));
@@ -137,7 +159,9 @@ describe('reconcileRoutes', () => {
   test('a custom protocol number is used for listing and changes', async () => {
     const ip = fakeIp();
     await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.1.0.0/16'], protocol: 200 });
-    assert.ok(ip.log.filter((l) => !l.includes(' exact ')).every((l) => l.endsWith('proto 200')), ip.log.join('\n'));
+    const changes = ip.log.filter((l) => !l.includes(' table main') && !l.endsWith('-batch -'));
+    assert.ok(changes.some((l) => l.startsWith('< route add')), ip.log.join('\n'));
+    assert.ok(changes.every((l) => l.endsWith('proto 200')), ip.log.join('\n'));
   });
 
   test('a destination that already has a route that is not ours is a conflict: reported, nothing changed', async () => {
@@ -158,12 +182,22 @@ describe('reconcileRoutes', () => {
 
   test('a route that appears between the listing and the add is a conflict too (the kernel says EEXIST)', async () => {
     const ip = fakeIp();
+    // Someone else's route to 10.244.4.0/24 appears after the listing, just before the batch runs.
     const racing: typeof ip.runner = async (cmd, args, options) => {
-      if (args[1] === 'route' && args[2] === 'add') ip.routes.push({ dst: args[3], dev: 'eth0', proto: 'static' });
+      if (args.includes('-batch') && options?.input?.includes('route add 10.244.4.0/24 ')) ip.routes.push({ dst: '10.244.4.0/24', dev: 'eth0', proto: 'static' });
       return ip.runner(cmd, args, options);
     };
-    const report = await reconcileRoutes({ device: 'rg0', runner: racing, cidrs: ['10.244.4.0/24'] });
-    assert.deepEqual(report, { added: [], removed: [], changed: [], conflicts: [{ dst: '10.244.4.0/24', existing: 'a route created meanwhile' }] });
+    const report = await reconcileRoutes({ device: 'rg0', runner: racing, cidrs: ['10.244.4.0/24', '10.244.6.0/24'] });
+    assert.deepEqual(report, { added: ['10.244.6.0/24'], removed: [], changed: [], conflicts: [{ dst: '10.244.4.0/24', existing: 'a route created meanwhile' }] }, 'the rest of the batch still lands');
+    assert.deepEqual(ip.routes.filter((r) => r.dst === '10.244.4.0/24'), [{ dst: '10.244.4.0/24', dev: 'eth0', proto: 'static' }], 'the other route is left as it is');
+  });
+
+  test('a batch that fails for another reason than EEXIST is an error naming the command', async () => {
+    const ip = fakeIp();
+    const broken: typeof ip.runner = async (cmd, args, options) => (args.includes('-batch')
+      ? { command: `ip ${args.join(' ')}`, code: 1, signal: null, stdout: '', stderr: 'Error: Nexthop device is not up.\nCommand failed -:1\n' }
+      : ip.runner(cmd, args, options));
+    await assert.rejects(reconcileRoutes({ device: 'rg0', runner: broken, cidrs: ['10.244.4.0/24'] }), /cannot add routes through rg0: ip -4 -force -batch - exited 1: Error: Nexthop device is not up/);
   });
 
   test('bad input is refused before anything runs', async () => {

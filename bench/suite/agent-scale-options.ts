@@ -1,0 +1,61 @@
+/** Command-line options of `roamguard bench --agent-scale` (the agent-scale run alone). */
+import { MAX_SIMULATED_NODES } from './agent-scale-cluster.ts';
+import { AGENT_SCALE_DEFAULTS, type AgentScaleSettings } from './agent-scale.ts';
+
+export const AGENT_SCALE_USAGE = `roamguard bench --agent-scale [--nodes N[,N...]] [--churn-rate R] [--churn-seconds S]
+                [--steady-seconds S] [--nat-every K] [--seed X] [--out DIR]
+
+The agent-scale run alone: our API-compatible server holding N simulated Nodes (pod CIDRs of both
+families, addresses, roamguard.io annotations with real keys, every K-th node behind NAT with a
+discovered mapping), one real \`roamguard agent\` with its real data plane in a namespace, then
+S s without changes and S s of R changes/s (Nodes added and deleted, listen-port changed, key
+rotated, NAT mapping moved). Per N: start-up until the data plane holds every peer, change →
+data plane (median, p99; observed with get=1 on its control socket), full resync time and CPU,
+agent and data plane RSS, control-socket bytes and time per reconcile pass, the agent's API
+requests per minute, and whether the final peer set equals what the Nodes say.
+
+  --nodes LIST       simulated Nodes, one run per entry (default 1000,5000; at most ${MAX_SIMULATED_NODES})
+  --churn-rate R     changes per second during churn (default ${AGENT_SCALE_DEFAULTS.churnRate})
+  --churn-seconds S  (default ${AGENT_SCALE_DEFAULTS.churnSeconds})
+  --steady-seconds S (default ${AGENT_SCALE_DEFAULTS.steadySeconds})
+  --nat-every K      every K-th simulated node is behind NAT; 0 = none (default ${AGENT_SCALE_DEFAULTS.natEvery})
+  --seed X           seed of the churn's choices (default 18)
+  --out DIR          also save the raw figures as DIR/<date>-agent-scale.json and the table as .md`;
+
+export interface AgentScaleOptions {
+  runs: AgentScaleSettings[];
+  outDir?: string;
+}
+
+export function parseAgentScaleArgs(args: readonly string[]): AgentScaleOptions {
+  let nodes = [1000, 5000];
+  const base: Omit<AgentScaleSettings, 'nodes'> = { ...AGENT_SCALE_DEFAULTS, seed: 18 };
+  let outDir: string | undefined;
+  const number = (text: string | undefined, name: string, min: number, max: number): number => {
+    const n = Number(text);
+    if (text === undefined || !Number.isFinite(n) || n < min || n > max) throw new Error(`${name} needs a number from ${min} to ${max}, got ${JSON.stringify(text)}`);
+    return n;
+  };
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i];
+    const [name, inline] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    const take = () => inline ?? args[++i];
+    switch (name) {
+      case '--agent-scale': break;
+      case '--nodes': {
+        const text = take();
+        if (text === undefined) throw new Error('--nodes needs a value');
+        nodes = text.split(',').map((t) => Math.round(number(t.trim(), '--nodes', 1, MAX_SIMULATED_NODES)));
+        break;
+      }
+      case '--churn-rate': base.churnRate = number(take(), name, 0.1, 1000); break;
+      case '--churn-seconds': base.churnSeconds = number(take(), name, 1, 3600); break;
+      case '--steady-seconds': base.steadySeconds = number(take(), name, 1, 3600); break;
+      case '--nat-every': base.natEvery = Math.round(number(take(), name, 0, 1000)); break;
+      case '--seed': base.seed = Math.round(number(take(), name, 0, 2 ** 31)); break;
+      case '--out': outDir = take(); if (!outDir) throw new Error('--out needs a directory'); break;
+      default: throw new Error(`unknown argument ${arg} with --agent-scale (see roamguard bench --help)`);
+    }
+  }
+  return { runs: nodes.map((n) => ({ ...base, nodes: n })), outDir };
+}
