@@ -17,6 +17,8 @@ import type { Pod, World, WorldNode } from './world.ts';
 export const HOP_MTU = 1280;
 const NARROW_SITE = 'home';
 const SANE_BITS_PER_SECOND = 10e6;
+/** The matrix goes green on small pings, before the probes of the last handshakes are done. */
+const LEARN_TIMEOUT_MS = 60_000;
 
 export async function buildSmallMtuWorld(scope: Scope, options: NatWorldOptions): Promise<World> {
   const world = await buildNatWorld(scope, options);
@@ -47,7 +49,13 @@ export async function runSmallMtuScenario(world: World, pods: ReadonlyMap<string
   for (const other of world.nodes.filter((n) => n !== narrow)) {
     step(`path MTU and iperf3 between ${narrow.name} and ${other.name}`);
     const a = pods.get(narrow.name)!, b = pods.get(other.name)!;
-    const result: PairResult = { peer: other.name, mtuHere: await learnedMtu(narrow, other), mtuThere: await learnedMtu(other, narrow), rates: [] };
+    const deadline = Date.now() + LEARN_TIMEOUT_MS;
+    let here: number | undefined, there: number | undefined;
+    while ((here = await learnedMtu(narrow, other)) === undefined || (there = await learnedMtu(other, narrow)) === undefined) {
+      if (Date.now() > deadline) break;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    const result: PairResult = { peer: other.name, mtuHere: here, mtuThere: there, rates: [] };
     for (const [server, client, what] of [[b, a, `${narrow.name} → ${other.name}`], [a, b, `${other.name} → ${narrow.name}`]] as const) {
       try {
         const r = await iperf3(world.scope, server.ns, client.ns, server.ipv4, { seconds: 2 });
