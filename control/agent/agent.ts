@@ -44,6 +44,7 @@ import { enableForwarding } from '../host/sysctl.ts';
 import { ensureDataplane } from './dataplane-process.ts';
 import { installCniPlugins } from '../host/cni-install.ts';
 import type { AgentStatusSource } from '../metrics/status-source.ts';
+import { AgentRelays } from './relays.ts';
 
 export interface AgentDeps {
   settings: Settings;
@@ -94,6 +95,8 @@ export class Agent implements AgentStatusSource {
 
   private readonly settings: Settings;
   private readonly log: AgentLogger;
+  /** Relays: peers reached through one, and pairs this node relays (control/agent/relays.ts). */
+  readonly relays: AgentRelays;
   private readonly runner: CommandRunner;
   private kc!: KubeConfig;
   private publicKey = '';
@@ -139,6 +142,7 @@ export class Agent implements AgentStatusSource {
     this.settings = deps.settings;
     this.log = deps.log;
     this.runner = deps.runner ?? systemRunner;
+    this.relays = new AgentRelays(deps.settings, deps.log);
   }
 
   async start(): Promise<void> {
@@ -191,6 +195,7 @@ export class Agent implements AgentStatusSource {
     this.keyFileWatch?.close();
     await this.watcher?.stop();
     await this.running;
+    this.relays.close();
   }
 
   /** Waits for the pass in progress and any scheduled one (tests, shutdown). */
@@ -356,8 +361,10 @@ export class Agent implements AgentStatusSource {
    * Publishes where the data plane sees peers that are not at any of their own addresses (they
    * are behind NAT), so nodes that cannot observe them can use the mapping (Kilo's approach).
    */
-  private async publishDiscovered(mesh: MeshState, device: DeviceSnapshot): Promise<void> {
+  private async publishDiscovered(mesh: MeshState, device: DeviceSnapshot, relayEndpoints: ReadonlySet<string>): Promise<void> {
     const observed = observedEndpoints(mesh.peers, device, Date.now());
+    // A peer heard through a relay is at the relay's port, not behind a NAT of its own.
+    for (const [key, endpoint] of observed) if (relayEndpoints.has(endpoint)) observed.delete(key);
     const text = formatDiscoveredEndpoints(observed);
     if (text === this.publishedDiscovered) return;
     const value = observed.size > 0 ? text : null;
@@ -485,12 +492,22 @@ export class Agent implements AgentStatusSource {
       }
       if (fresh) this.appliedRoutes = '';
       const snapshot = await this.uapi!.get();
-      const plan = planReconcile(mesh.peers, snapshot, this.memory, {
+      const relayed = await this.relays.pass({
+        nodes, mesh, device: snapshot, selfKey: this.publicKey, selfAddresses: this.local.addresses, unreachable: this.unreachable, nowWallMs: Date.now(),
+      });
+      const wanted: MeshState = { ...mesh, peers: relayed.peers };
+      this.lastMesh = wanted;
+      const plan = planReconcile(wanted.peers, snapshot, this.memory, {
         collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(),
       });
       if (plan.request) await this.uapi!.set(plan.request);
-      await this.publishDiscovered(mesh, snapshot);
-      this.checkReachability(mesh, snapshot);
+      await this.publishDiscovered(wanted, snapshot, relayed.relayEndpoints);
+      if (relayed.patch) {
+        await patchNodeAnnotations(this.kc, s.nodeName, relayed.patch);
+        this.relays.published(relayed.patch);
+        this.written = { ...this.written, ...relayed.patch };
+      }
+      this.checkReachability(wanted, snapshot);
       this.workingHere = workingAtOwnAddress(mesh.peers, snapshot, Date.now());
       for (const action of plan.actions) {
         if (action.kind === 'remove') this.log.info('removed a peer whose key no Node carries', { key: action.publicKey.slice(0, 8) });
