@@ -92,6 +92,7 @@ export class Agent implements AgentStatusSource {
   get nodeName(): string { return this.settings.nodeName; }
   get informer(): NodeWatcher | undefined { return this.watcher; }
   get dataplane(): UapiClient | undefined { return this.uapi; }
+  relayCounters() { return this.relays.counters(); }
 
   private readonly settings: Settings;
   private readonly log: AgentLogger;

@@ -59,18 +59,23 @@ export class AgentRelays {
   private publishedAllocations: string | null | undefined;
   private refusedLogged = '';
   private readonly countersLogged = new Map<string, string>();
+  /** Key → node name, from the last pass (labels of the counters). */
+  private names = new Map<string, string>();
 
   constructor(private readonly settings: Settings, private readonly log: AgentLogger) {}
 
-  /** Per relayed pair: forwarding counters (empty unless this node relays). */
+  /** Per relayed pair, by `nodeA,nodeB`: forwarding counters (empty unless this node relays). */
   counters(): Map<string, PairCounters> {
-    return this.forwarder?.counters() ?? new Map();
+    const out = new Map<string, PairCounters>();
+    for (const [id, c] of this.forwarder?.counters() ?? []) out.set(id.split(',').map((k) => this.names.get(k) ?? k.slice(0, 8)).join(','), c);
+    return out;
   }
 
   async pass(input: RelayPassInput): Promise<RelayPassResult> {
     const s = this.settings;
     const { mesh, device, nowWallMs: now } = input;
     const byName = new Map(input.nodes.map((n) => [n.metadata?.name ?? '', n]));
+    this.names = new Map([...mesh.peers].map(([key, p]) => [key, p.nodeName]));
     // Only cluster members' own annotations count: a Node's requests are read from that Node.
     const requestsOf = new Map<string, Map<string, string[]>>();
     const allocationsOf = new Map<string, Map<string, [number, number]>>();
