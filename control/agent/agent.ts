@@ -364,8 +364,11 @@ export class Agent implements AgentStatusSource {
    */
   private async publishDiscovered(mesh: MeshState, device: DeviceSnapshot, relayEndpoints: ReadonlySet<string>): Promise<void> {
     const observed = observedEndpoints(mesh.peers, device, Date.now());
-    // A peer heard through a relay is at the relay's port, not behind a NAT of its own.
-    for (const [key, endpoint] of observed) if (relayEndpoints.has(endpoint)) observed.delete(key);
+    // A peer heard through a relay is at the relay's port, not behind a NAT of its own; and where
+    // a peer that needs a relay is seen says nothing others can use (it flips with every direct
+    // trial, which would make every node's view of it flip too).
+    const relayed = this.relays.relayedPeers();
+    for (const [key, endpoint] of observed) if (relayEndpoints.has(endpoint) || relayed.has(key)) observed.delete(key);
     const text = formatDiscoveredEndpoints(observed);
     if (text === this.publishedDiscovered) return;
     const value = observed.size > 0 ? text : null;

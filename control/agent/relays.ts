@@ -64,6 +64,11 @@ export class AgentRelays {
 
   constructor(private readonly settings: Settings, private readonly log: AgentLogger) {}
 
+  /** Peers in relay mode (relayed, waiting for a relay, or trying direct). */
+  relayedPeers(): Set<string> {
+    return new Set(this.client.keys());
+  }
+
   /** Per relayed pair, by `nodeA,nodeB`: forwarding counters (empty unless this node relays). */
   counters(): Map<string, PairCounters> {
     const out = new Map<string, PairCounters>();
