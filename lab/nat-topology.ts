@@ -63,11 +63,11 @@ export const CAFE_PUBLIC = '203.0.113.30';
  * Makes a router pick a random port for every new flow (nftables `masquerade random-fully`), as
  * carrier-grade NATs and many firewalls do: a mapping one peer sees is useless to another, and
  * with unsolicited inbound dropped, nodes behind it meet no NAT'd node directly. Forgets the
- * router's mappings, so the change applies to every flow at once.
+ * router's UDP mappings, so the change applies to every tunnel at once.
  */
 export async function randomisePorts(world: World, router: Router): Promise<void> {
   await router.ns.exec('nft', ['-f', '-'], { input: `flush chain inet router postrouting\nadd rule inet router postrouting oifname "${router.wan.ifname}" masquerade random,fully-random\n` });
-  await world.flushRouterState(router);
+  await world.flushRouterUdp(router);
 }
 
 /**

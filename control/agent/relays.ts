@@ -64,6 +64,12 @@ export class AgentRelays {
 
   constructor(private readonly settings: Settings, private readonly log: AgentLogger) {}
 
+  /**
+   * Peers that sent something within the liveness window at the last pass (all of them when
+   * keepalive is off: nothing says otherwise then).
+   */
+  live: ReadonlySet<string> | undefined;
+
   /** Peers in relay mode (relayed, waiting for a relay, or trying direct). */
   relayedPeers(): Set<string> {
     return new Set(this.client.keys());
@@ -101,10 +107,15 @@ export class AgentRelays {
     const seen = device.peers.map((p) => ({ key: keyToBase64(p.publicKey), rxBytes: p.rxBytes, lastHandshakeWallMs: p.lastHandshakeWallMs, endpoint: p.endpoint?.toString() }));
     const windowMs = Math.max(15_000, (2 * s.persistentKeepalive + 5) * 1000);
     const live = livePeers(seen, this.liveness, now, windowMs);
+    this.live = s.persistentKeepalive > 0 ? live : undefined;
+    // A session that worked and went silent needs a relay as much as one that never started
+    // (the handshake age alone says so only after 180 s + keepalive).
+    const stalled = this.live ? seen.filter((p) => p.lastHandshakeWallMs > 0 && !live.has(p.key)).map((p) => p.key) : [];
+    const noPath = new Set([...input.unreachable, ...stalled]);
     const selfPublic = isPublicSelf(input.selfAddresses, mesh.selfNatPublicAddress);
     const candidates = s.relay ? relayCandidates(mesh.peers, new Set(allocationsOf.keys()), live) : [];
     const decision = decideRelays({
-      selfKey: input.selfKey, selfPublic, selfNatEndpoint: mesh.selfNatEndpoint, peers: mesh.peers, unreachable: input.unreachable,
+      selfKey: input.selfKey, selfPublic, selfNatEndpoint: mesh.selfNatEndpoint, peers: mesh.peers, unreachable: noPath,
       candidates, requestsOf, allocationsOf, device: new Map(seen.map((p) => [p.key, p])), nowWallMs: now,
       trialMs: Math.max(10_000, (s.persistentKeepalive + 5) * 1000), retryMs: DIRECT_RETRY_MS,
     }, this.client, this.routes);

@@ -98,7 +98,9 @@ export function livePeers(device: ReadonlyArray<{ key: string; rxBytes: number; 
   for (const p of device) {
     seen.add(p.key);
     const m = memory.get(p.key);
-    if (!m) memory.set(p.key, { rxBytes: p.rxBytes, grewAt: p.lastHandshakeWallMs });
+    // First sight (a new peer, an agent that restarted): a peer with a session gets the benefit of
+    // the doubt for one window, one without has said nothing yet.
+    if (!m) memory.set(p.key, { rxBytes: p.rxBytes, grewAt: p.lastHandshakeWallMs > 0 ? nowWallMs : 0 });
     else if (p.rxBytes !== m.rxBytes) memory.set(p.key, { rxBytes: p.rxBytes, grewAt: nowWallMs });
     if (nowWallMs - memory.get(p.key)!.grewAt <= windowMs) live.add(p.key);
   }

@@ -249,6 +249,8 @@ describe('relay needed, relayed, and back to direct', () => {
     assert.deepEqual([...livePeers(peers(10, 10), memory, now, 15_000)].sort(), [k.c1, k.c2].sort());
     for (let i = 0; i < 4; i++) { now += 5000; livePeers(peers(10, 10 + i + 1), memory, now, 15_000); }
     assert.deepEqual([...livePeers(peers(10, 20), memory, now, 15_000)], [k.c2], 'c1 sent nothing for 20 s');
+    const fresh: LivenessMemory = new Map();
+    assert.deepEqual([...livePeers([{ key: k.r1, rxBytes: 0, lastHandshakeWallMs: 0 }], fresh, now, 15_000)], [], 'never heard from: not live');
 
     const id = relayPairId(k.r1, k.r2);
     const via = chooseRelay(id, ['c1', 'c2'], ['c1', 'c2'])!;
