@@ -24,7 +24,7 @@ import { parseAllowedRanges, podCidrRefusal } from '../mesh/claims.ts';
 import { parsePrefix } from '../../dataplane/net/ip.ts';
 import { newReconcileMemory, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
 import { judgeReachability, type ReachabilityMemory } from './reachability.ts';
-import { observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
+import { keepLiveEndpoints, observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
 import { annotationDrift, forceEndpointChange, ownAnnotations, restorePatch, type AnnotationPatch } from './own-annotations.ts';
 import { newOnes, type Once } from './once.ts';
 import { followKeyFile, rotationPendingAtStart, watchKeyFile } from './key-rotation.ts';
@@ -502,7 +502,8 @@ export class Agent implements AgentStatusSource {
       const relayed = await this.relays.pass({
         nodes, mesh, device: snapshot, selfKey: this.publicKey, selfAddresses: this.local.addresses, unreachable: this.unreachable, nowWallMs: Date.now(),
       });
-      const wanted: MeshState = { ...mesh, peers: relayed.peers };
+      const live = this.relays.live;
+      const wanted: MeshState = { ...mesh, peers: live ? keepLiveEndpoints(relayed.peers, snapshot, live, this.relays.relayedPeers()) : relayed.peers };
       this.lastMesh = wanted;
       const plan = planReconcile(wanted.peers, snapshot, this.memory, {
         collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(),

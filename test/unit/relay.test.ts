@@ -12,6 +12,9 @@ import {
   parseRelayAllocations, parseRelayRequests, relayPairId, type NodeObject,
 } from '../../control/mesh/annotations.ts';
 import { desiredMesh, type DesiredPeer, type MeshOptions } from '../../control/mesh/desired-peers.ts';
+import { keepLiveEndpoints } from '../../control/agent/observed-endpoints.ts';
+import { Endpoint } from '../../dataplane/net/endpoint.ts';
+import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
 import {
   allocateRelayPorts, chooseRelay, decideRelays, isPublicPeer, isPublicSelf, livePeers, relayAssignments, relayCandidates,
   type LivenessMemory, type RelayClientInput, type RelayClientMemory,
@@ -301,6 +304,23 @@ describe('attacks through annotations', () => {
     const nodes = world({ o1: { requests: new Map([[k.r1, ['c1', 'c2']], [k.r2, ['c1', 'c2']]]) } });
     const requestsOf = new Map(nodes.map((n) => [(parseNodeAnnotations(n) as { value: { publicKey: string } }).value.publicKey, parseRelayRequests(n)]));
     for (const relay of ['c1', 'c2'] as const) assert.deepEqual(relayAssignments(relay, k[relay], requestsOf), []);
+  });
+});
+
+describe('endpoints of live sessions', () => {
+  test('a live session keeps the endpoint it learned over one other nodes observed; forced, relayed and silent peers do not', () => {
+    const mesh = meshOf(world(), 'c1');
+    const device = (entries: Array<[string, string]>): DeviceSnapshot => ({ listenPort: 51820, fwmark: 0, peers: entries.map(([key, endpoint]) => ({
+      publicKey: Buffer.from(key, 'base64'), presharedKey: new Uint8Array(32), endpoint: Endpoint.parse(endpoint), lastHandshakeWallMs: 1, txBytes: 0, rxBytes: 0, persistentKeepalive: 5, allowedIps: [],
+    })) });
+    assert.equal(mesh.peers.get(k.r1)?.endpointSource, 'discovered');
+    assert.equal(mesh.peers.get(k.r1)?.endpoint, `${R1_NAT}:50001`, 'c2 sees r1 there (c1 does not count its own view)');
+    const seen = device([[k.r1, `${R1_NAT}:40001`], [k.r2, `${R2_NAT}:40002`], [k.c2, '203.0.113.2:51820']]);
+    const kept = keepLiveEndpoints(mesh.peers, seen, new Set([k.r1, k.c2]), new Set());
+    assert.equal(kept.get(k.r1)?.endpoint, `${R1_NAT}:40001`, 'live: kept where it talks from');
+    assert.equal(kept.get(k.r2)?.endpoint, mesh.peers.get(k.r2)?.endpoint, 'silent: others\' observation is tried');
+    assert.equal(kept.get(k.c2)?.endpoint, '203.0.113.2:51820', 'published addresses are not observations');
+    assert.equal(keepLiveEndpoints(mesh.peers, seen, new Set([k.r1]), new Set([k.r1])).get(k.r1)?.endpoint, `${R1_NAT}:50001`, 'a peer in relay mode is left to the relay decisions');
   });
 });
 
