@@ -367,11 +367,8 @@ export class Agent implements AgentStatusSource {
     // A peer heard through a relay is at the relay's port, not behind a NAT of its own; and where
     // a peer that needs a relay is seen says nothing others can use (it flips with every direct
     // trial, which would make every node's view of it flip too).
-    // Only what is live now is worth publishing: a session that went silent keeps a "recent"
-    // handshake for minutes, and its endpoint is then only what this agent was told.
     const relayed = this.relays.relayedPeers();
-    const live = this.relays.live;
-    for (const [key, endpoint] of observed) if (relayEndpoints.has(endpoint) || relayed.has(key) || (live && !live.has(key))) observed.delete(key);
+    for (const [key, endpoint] of observed) if (relayEndpoints.has(endpoint) || relayed.has(key)) observed.delete(key);
     const text = formatDiscoveredEndpoints(observed);
     if (text === this.publishedDiscovered) return;
     const value = observed.size > 0 ? text : null;

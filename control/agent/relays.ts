@@ -110,7 +110,9 @@ export class AgentRelays {
     this.live = s.persistentKeepalive > 0 ? live : undefined;
     // A session that worked and went silent needs a relay as much as one that never started
     // (the handshake age alone says so only after 180 s + keepalive).
-    const stalled = this.live ? seen.filter((p) => p.lastHandshakeWallMs > 0 && !live.has(p.key)).map((p) => p.key) : [];
+    // A longer window than the candidates': a busy node that skips a keepalive must not look cut off.
+    const stalledWindowMs = Math.max(20_000, (3 * s.persistentKeepalive + 5) * 1000);
+    const stalled = this.live ? seen.filter((p) => p.lastHandshakeWallMs > 0 && now - (this.liveness.get(p.key)?.grewAt ?? now) > stalledWindowMs).map((p) => p.key) : [];
     const noPath = new Set([...input.unreachable, ...stalled]);
     const selfPublic = isPublicSelf(input.selfAddresses, mesh.selfNatPublicAddress);
     const candidates = s.relay ? relayCandidates(mesh.peers, new Set(allocationsOf.keys()), live) : [];
