@@ -3,8 +3,11 @@
  *
  *   internet 203.0.113.0/24   c1 (.1) and c2 (.2): cloud nodes with public addresses
  *   office router (.10)       masquerade for 192.168.1.0/24: o1 (.11), o2 (.12), later o3 (.13)
- *   home router (.20)         masquerade for 192.168.2.0/24: h1 (.11)
+ *   home router (.20)         masquerade for 192.168.2.0/24: h1 (.11), later h2 (.12)
+ *   café router (.30)         added with the relay tests: k1 (.11), on Debian's wireguard-go
  *
+ * The relay tests make the home router and the café pick a random port for every flow: their
+ * nodes then meet no NAT'd node directly and go through a relay on c1 or c2 (automatic relays).
  * Nodes behind one NAT use distinct listen ports, so the router can keep each node's source port
  * for every destination (what makes NAT-to-NAT paths between the two sites punch through).
  * Persistent keepalive is 5 s here (25 s by default) to keep the suite short.
@@ -140,8 +143,9 @@ table inet watch {
   // --- relays: sites behind port-randomising NATs ---------------------------------------------
   // The home router now picks a random port for every new flow, and a new site (the café) does
   // the same: a mapping one peer sees is useless to another, and the routers drop unsolicited
-  // inbound, so h2 (home) and k1 (café, on Debian's wireguard-go) cannot meet each other nor the
-  // office directly. They must reach everyone through a relay on a cloud node.
+  // inbound, so the home nodes (h1, h2) and k1 (café, on Debian's wireguard-go) meet neither each
+  // other nor the office directly: they reach them through a relay on a cloud node. h1 and h2,
+  // behind the same NAT, keep talking over their LAN.
 
   /** The cloud node that relays a pair, from where `from` sends that peer's traffic (a relay port). */
   async function relayOf(from: WorldNode, to: WorldNode): Promise<WorldNode | undefined> {
@@ -243,9 +247,13 @@ table inet relaywatch {
     const movedS = (Date.now() - killedAt) / 1000;
     const result = await ping(pods.get('o1')!.ns, pods.get('h2')!.ipv4, { count: 5, intervalS: 0.5, deadlineS: 10 });
     assert.ok(result.received >= 1, `o1 → h2 through ${other.name} after ${movedS.toFixed(1)} s`);
+    // Everyone but the dead node reaches everyone.
+    const deadPod = pods.get(relay.name)!;
+    pods.delete(relay.name);
     await assertAllReach('after the relay died', 60_000);
     // The node comes back: its agent starts a new data plane with the same key.
     await world.startAgent(relay);
+    pods.set(relay.name, deadPod);
     await assertAllReach('after the relay came back', 90_000);
   });
 
