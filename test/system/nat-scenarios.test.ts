@@ -206,8 +206,14 @@ table inet watch {
     await relay.ns.exec('nft', ['-f', '-'], { input: `table inet relaywatch {}
 delete table inet relaywatch
 table inet relaywatch {
-  chain pre { type filter hook prerouting priority -300; policy accept; iifname "${relay.ifname}" ip saddr { ${o1pod.ipv4}, ${h2pod.ipv4} } counter }
-  chain post { type filter hook postrouting priority -300; policy accept; oifname "${relay.ifname}" ip daddr { ${o1pod.ipv4}, ${h2pod.ipv4} } counter }
+  chain pre {
+    type filter hook prerouting priority -300; policy accept;
+    iifname "${relay.ifname}" ip saddr { ${o1pod.ipv4}, ${h2pod.ipv4} } counter
+  }
+  chain post {
+    type filter hook postrouting priority -300; policy accept;
+    oifname "${relay.ifname}" ip daddr { ${o1pod.ipv4}, ${h2pod.ipv4} } counter
+  }
 }
 ` });
     const before = relayCounters(relay, o1, h2)?.datagrams ?? 0;
@@ -232,7 +238,7 @@ table inet relaywatch {
     assert.ok(relayed.receivedBitsPerSecond > 0 && direct.receivedBitsPerSecond > 0);
   });
 
-  test('the relay\'s agent and data plane die: its pairs move to the other relay within 30 s', async () => {
+  test('the relay\'s agent and data plane die: its pairs move to the other relay within 30 s', async (t) => {
     const [o1, h2] = [world.node('o1'), world.node('h2')];
     let relay: WorldNode | undefined;
     await waitFor(async () => (relay = await relayOf(o1, h2)) !== undefined, 30_000, { description: 'o1 ↔ h2 on a relay' });
@@ -247,6 +253,7 @@ table inet relaywatch {
     const movedS = (Date.now() - killedAt) / 1000;
     const result = await ping(pods.get('o1')!.ns, pods.get('h2')!.ipv4, { count: 5, intervalS: 0.5, deadlineS: 10 });
     assert.ok(result.received >= 1, `o1 → h2 through ${other.name} after ${movedS.toFixed(1)} s`);
+    t.diagnostic(`${relay.name} killed: o1 ↔ h2 moved to ${other.name} after ${movedS.toFixed(1)} s`);
     // Everyone but the dead node reaches everyone.
     const deadPod = pods.get(relay.name)!;
     pods.delete(relay.name);
@@ -257,7 +264,7 @@ table inet relaywatch {
     await assertAllReach('after the relay came back', 90_000);
   });
 
-  test('the home NAT keeps ports again: the office ↔ home pairs go direct within 30 s, the café stays relayed', async () => {
+  test('the home NAT keeps ports again: the office ↔ home pairs go direct within 30 s, the café stays relayed', async (t) => {
     const [o1, h2, k1] = [world.node('o1'), world.node('h2'), world.node('k1')];
     const home = world.routers.get('home')!;
     const changedAt = Date.now();
@@ -268,6 +275,7 @@ table inet relaywatch {
       .catch(async (err: Error) => assert.fail(`${err.message}\n${await diagnostics()}`));
     const directS = (Date.now() - changedAt) / 1000;
     assert.ok(directS <= 30, `direct after ${directS.toFixed(1)} s`);
+    t.diagnostic(`home NAT port-preserving again: o1 ↔ h2 direct after ${directS.toFixed(1)} s`);
     await waitFor(() => !(world.api.getNode('o1')!.metadata.annotations!['roamguard.io/relay-requests'] ?? '').includes(key(h2)), 15_000, { description: 'o1 no longer asking for a relay to h2' });
     // The café's NAT still randomises: its direct trial with home fails and it stays relayed.
     await waitFor(async () => (await relayOf(k1, h2)) !== undefined && (await relayOf(h2, k1)) !== undefined, 30_000, { description: 'k1 ↔ h2 still relayed' });
