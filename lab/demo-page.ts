@@ -26,18 +26,18 @@ export function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 }
 
-type DrawnKind = PathKind | 'relay';
+type DrawnKind = PathKind;
 const KIND_STYLE: Record<DrawnKind, { color: string; dash: string; label: string }> = {
   public: { color: '#1f6feb', dash: '', label: 'public address' },
   NAT: { color: '#d97706', dash: '8 4', label: 'NAT mapping' },
   LAN: { color: '#16a34a', dash: '', label: 'LAN' },
-  relay: { color: '#9333ea', dash: '2 4', label: 'relay (none yet)' },
+  relay: { color: '#9333ea', dash: '2 4', label: 'relay' },
   none: { color: '#9ca3af', dash: '1 5', label: 'no endpoint' },
 };
 
-/** The kind a pair is drawn as: a NAT mapping on either side wins, then LAN, then public. */
+/** The kind a pair is drawn as: a relay on either side wins, then a NAT mapping, then LAN, then public. */
 export function pairKind(kinds: readonly PathKind[]): PathKind {
-  for (const k of ['NAT', 'LAN', 'public'] as const) if (kinds.includes(k)) return k;
+  for (const k of ['relay', 'NAT', 'LAN', 'public'] as const) if (kinds.includes(k)) return k;
   return 'none';
 }
 
@@ -89,7 +89,7 @@ export function renderMap(s: DemoSnapshot): string {
     pair.kinds.push(p.path);
     if (p.handshakeAgeS !== undefined) pair.age = Math.min(pair.age ?? Infinity, p.handshakeAgeS);
     pair.rate += (p.rxRate ?? 0) + (p.txRate ?? 0);
-    pair.endpoints.push(`${p.from} → ${p.to} at ${p.endpoint || '(none)'} (${p.path})`);
+    pair.endpoints.push(`${p.from} → ${p.to} at ${p.endpoint || '(none)'} (${p.path === 'relay' ? `relay via ${p.via ?? '?'}` : p.path})`);
     pairs.set(key, pair);
   }
   let i = 0;
@@ -150,7 +150,7 @@ export function renderMatrix(s: DemoSnapshot): string {
 }
 
 export function renderPeers(s: DemoSnapshot): string {
-  const rows = s.peers.map((p) => `<tr data-from="${escapeHtml(p.from)}" data-to="${escapeHtml(p.to)}"><td>${escapeHtml(p.from)}</td><td>${escapeHtml(p.to)}</td><td>${escapeHtml(p.endpoint || '(none)')}</td><td class="kind-${p.path}">${p.path}</td><td>${escapeHtml(formatAge(p.handshakeAgeS))}</td><td>${escapeHtml(formatRate(p.rxRate))}</td><td>${escapeHtml(formatRate(p.txRate))}</td></tr>`).join('');
+  const rows = s.peers.map((p) => `<tr data-from="${escapeHtml(p.from)}" data-to="${escapeHtml(p.to)}"><td>${escapeHtml(p.from)}</td><td>${escapeHtml(p.to)}</td><td>${escapeHtml(p.endpoint || '(none)')}</td><td class="kind-${p.path}">${escapeHtml(p.path === 'relay' ? `relay via ${p.via ?? '?'}` : p.path)}</td><td>${escapeHtml(formatAge(p.handshakeAgeS))}</td><td>${escapeHtml(formatRate(p.rxRate))}</td><td>${escapeHtml(formatRate(p.txRate))}</td></tr>`).join('');
   return `<table id="peers"><tr><th>from</th><th>to</th><th>endpoint</th><th>path</th><th>last handshake</th><th>in</th><th>out</th></tr>${rows}</table>`;
 }
 

@@ -4,7 +4,7 @@
  * add what they check), and the command line and the help list them from this table.
  */
 import type { Scope } from './netns.ts';
-import { buildNatWorld, HOME, INTERNET, OFFICE, type NatWorldOptions } from './nat-topology.ts';
+import { buildHardNatWorld, buildNatWorld, CAFE, HOME, INTERNET, OFFICE, type NatWorldOptions } from './nat-topology.ts';
 import type { Pod, World } from './world.ts';
 
 export interface DemoScenario {
@@ -41,5 +41,11 @@ export const DEMO_SCENARIOS: Record<string, DemoScenario> = {
     intro: `Building the demo world with a narrow hop (1280, ICMP dropped) on the home router's uplink: internet ${INTERNET.ipv4}, office NAT ${OFFICE.ipv4}, home NAT ${HOME.ipv4}`,
     build: async (scope, options) => (await import('./small-mtu-scenario.ts')).buildSmallMtuWorld(scope, options),
     afterGreen: async () => (await import('./small-mtu-scenario.ts')).runSmallMtuScenario,
+  },
+  'hard-nat': {
+    summary: 'the nat world with a port-randomising home NAT and a café behind another one: those pairs go through a relay on a cloud node',
+    intro: `Building the demo world with hard NATs: internet ${INTERNET.ipv4}, office NAT ${OFFICE.ipv4}, home NAT ${HOME.ipv4} and café NAT ${CAFE.ipv4} (both a random port per flow)`,
+    build: (scope, options) => buildHardNatWorld(scope, options),
+    afterGreen: async () => (await import('./hard-nat-scenario.ts')).checkRelayedPairs,
   },
 };

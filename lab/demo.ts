@@ -28,7 +28,8 @@ export interface DemoNode {
   pod: { ipv4: string; ipv6: string };
 }
 
-export type PathKind = 'LAN' | 'NAT' | 'public' | 'none';
+/** `relay`: the endpoint is a relay node's port for the pair (`via` names the node). */
+export type PathKind = 'LAN' | 'NAT' | 'public' | 'relay' | 'none';
 
 export interface DemoPeer {
   from: string;
@@ -36,6 +37,8 @@ export interface DemoPeer {
   to: string;
   endpoint: string;
   path: PathKind;
+  /** The relay node when `path` is `relay`. */
+  via?: string;
   /** Seconds since the last handshake; undefined = never. */
   handshakeAgeS?: number;
   rxBytes: number;
@@ -132,7 +135,7 @@ export function renderDemo(s: DemoSnapshot, color = false, extras: DemoScreenExt
   out.push('');
   out.push('PEERS (what each node\'s data plane reports)');
   out.push(...table(['from', 'to', 'endpoint', 'path', 'last handshake', 'received', 'sent', 'now (in/out)'],
-    s.peers.map((p) => [p.from, p.to, p.endpoint || '(none)', p.path, formatAge(p.handshakeAgeS), formatBytes(p.rxBytes), formatBytes(p.txBytes),
+    s.peers.map((p) => [p.from, p.to, p.endpoint || '(none)', p.path === 'relay' ? `relay via ${p.via ?? '?'}` : p.path, formatAge(p.handshakeAgeS), formatBytes(p.rxBytes), formatBytes(p.txBytes),
       p.rxRate === undefined && p.txRate === undefined ? '-' : `${formatRate(p.rxRate)} ${formatRate(p.txRate)}`])));
   if (s.apiOnlyNodes && s.apiOnlyNodes.length > 0) out.push('', `Node objects without a demo node (made with kubectl?): ${s.apiOnlyNodes.join(', ')}`);
   out.push('');
@@ -178,6 +181,16 @@ export async function takeSnapshot(world: World, pods: ReadonlyMap<string, Pod>,
     const key = n.metadata.annotations?.['roamguard.io/public-key'];
     if (key) nameByKey.set(key, n.metadata.name);
   }
+  // Relay ports every relay published (roamguard.io/relay-allocations): `ip:port` → relay node.
+  const relayPorts = new Map<string, string>();
+  for (const n of apiNodes) {
+    const relay = world.nodes.find((w) => w.name === n.metadata.name);
+    const text = n.metadata.annotations?.['roamguard.io/relay-allocations'];
+    if (!relay || !text) continue;
+    try {
+      for (const ports of Object.values(JSON.parse(text) as Record<string, number[]>)) for (const port of ports) relayPorts.set(`${relay.ipv4}:${port}`, relay.name);
+    } catch { /* not JSON: the agents ignore it too */ }
+  }
   const now = Date.now() / 1000;
   const peers: DemoPeer[] = [];
   const matrix: DemoSnapshot['matrix'] = {};
@@ -190,9 +203,11 @@ export async function takeSnapshot(world: World, pods: ReadonlyMap<string, Pod>,
       for (const [key, p] of view) {
         const otherName = nameByKey.get(key);
         const other = otherName === undefined ? undefined : world.nodes.find((n) => n.name === otherName);
+        const via = relayPorts.get(p.endpoint);
         peers.push({
           from: node.name, to: otherName ?? `?${key.slice(0, 8)}`, endpoint: p.endpoint,
-          path: other ? classifyPath(p.endpoint, other.ipv4, publicSet, !natPublic.has(other.segment.spec.name)) : classifyPath(p.endpoint, '', publicSet, true),
+          path: via ? 'relay' : other ? classifyPath(p.endpoint, other.ipv4, publicSet, !natPublic.has(other.segment.spec.name)) : classifyPath(p.endpoint, '', publicSet, true),
+          ...(via ? { via } : {}),
           handshakeAgeS: p.latestHandshake > 0 ? Math.max(0, now - p.latestHandshake) : undefined,
           rxBytes: p.rx, txBytes: p.tx,
         });

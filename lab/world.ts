@@ -284,6 +284,14 @@ table inet router {
     });
   }
 
+  /**
+   * Forgets a router's UDP mappings only (what a NAT that changes its port policy does to the
+   * tunnels), leaving TCP connections such as the agents' API watches as they are.
+   */
+  async flushRouterUdp(router: Router): Promise<void> {
+    await router.ns.exec('conntrack', ['-D', '-p', 'udp'], { allowFailure: true });
+  }
+
   /** Forgets every NAT mapping of a router (as a reboot or a conntrack flush does). */
   async flushRouterState(router: Router): Promise<void> {
     await router.ns.exec('conntrack', ['-F'], { allowFailure: true });

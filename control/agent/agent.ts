@@ -25,7 +25,7 @@ import { parsePrefix } from '../../dataplane/net/ip.ts';
 import { newReconcileMemory, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
 import { applySetToSnapshot } from '../mesh/device-model.ts';
 import { judgeReachability, type ReachabilityMemory } from './reachability.ts';
-import { observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
+import { keepLiveEndpoints, observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
 import { annotationDrift, forceEndpointChange, ownAnnotations, restorePatch, type AnnotationPatch } from './own-annotations.ts';
 import { newOnes, type Once } from './once.ts';
 import { followKeyFile, kickRequest, rotationPendingAtStart, watchKeyFile } from './key-rotation.ts';
@@ -48,6 +48,7 @@ import { enableForwarding } from '../host/sysctl.ts';
 import { ensureDataplane } from './dataplane-process.ts';
 import { installCniPlugins } from '../host/cni-install.ts';
 import type { AgentStatusSource } from '../metrics/status-source.ts';
+import { AgentRelays } from './relays.ts';
 
 export interface AgentDeps {
   settings: Settings;
@@ -104,9 +105,12 @@ export class Agent implements AgentStatusSource {
   get nodeName(): string { return this.settings.nodeName; }
   get informer(): NodeWatcher | undefined { return this.watcher; }
   get dataplane(): UapiClient | undefined { return this.uapi; }
+  relayCounters() { return this.relays.counters(); }
 
   private readonly settings: Settings;
   private readonly log: AgentLogger;
+  /** Relays: peers reached through one, and pairs this node relays (control/agent/relays.ts). */
+  readonly relays: AgentRelays;
   private readonly runner: CommandRunner;
   private kc!: KubeConfig;
   private publicKey = '';
@@ -167,6 +171,7 @@ export class Agent implements AgentStatusSource {
     this.settings = deps.settings;
     this.log = deps.log;
     this.runner = deps.runner ?? systemRunner;
+    this.relays = new AgentRelays(deps.settings, deps.log);
   }
 
   async start(): Promise<void> {
@@ -228,6 +233,7 @@ export class Agent implements AgentStatusSource {
     this.keyFileWatch?.close();
     await this.watcher?.stop();
     await this.running;
+    this.relays.close();
   }
 
   /** Waits for the pass in progress and any scheduled one (tests, shutdown). */
@@ -407,8 +413,13 @@ export class Agent implements AgentStatusSource {
    * Publishes where the data plane sees peers that are not at any of their own addresses (they
    * are behind NAT), so nodes that cannot observe them can use the mapping (Kilo's approach).
    */
-  private async publishDiscovered(mesh: MeshState, device: DeviceSnapshot): Promise<void> {
+  private async publishDiscovered(mesh: MeshState, device: DeviceSnapshot, relayEndpoints: ReadonlySet<string>): Promise<void> {
     const observed = observedEndpoints(mesh.peers, device, Date.now());
+    // A peer heard through a relay is at the relay's port, not behind a NAT of its own; and where
+    // a peer that needs a relay is seen says nothing others can use (it flips with every direct
+    // trial, which would make every node's view of it flip too).
+    const relayed = this.relays.relayedPeers();
+    for (const [key, endpoint] of observed) if (relayEndpoints.has(endpoint) || relayed.has(key)) observed.delete(key);
     const text = formatDiscoveredEndpoints(observed);
     if (text === this.publishedDiscovered) return;
     const value = observed.size > 0 ? text : null;
@@ -610,9 +621,17 @@ export class Agent implements AgentStatusSource {
       }
       if (fresh) this.appliedRoutes = '';
       t = this.step('read', t);
-      const plan = planReconcile(mesh.peers, snapshot, this.memory, {
+      // Relay decisions judge liveness from the peers' counters, which only a fresh read has; a
+      // pass planned from the model keeps the last decisions.
+      const relayed = fromModel ? undefined : await this.relays.pass({
+        nodes, mesh, device: snapshot, selfKey: this.publicKey, selfAddresses: this.local.addresses, unreachable: this.unreachable, nowWallMs: Date.now(),
+      });
+      const routed = relayed ? relayed.peers : this.relays.routed(mesh.peers);
+      const live = this.relays.live;
+      const wanted: MeshState = { ...mesh, peers: live ? keepLiveEndpoints(routed, snapshot, live, this.relays.relayedPeers()) : routed };
+      this.lastMesh = wanted;
+      const plan = planReconcile(wanted.peers, snapshot, this.memory, {
         collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(),
-        aliveWindowMs: Math.max(10_000, 2 * s.persistentKeepalive * 1000),
       });
       t = this.step('plan', t);
       // Until the set answers, the model is unknown: a failure makes the next pass read.
@@ -629,10 +648,15 @@ export class Agent implements AgentStatusSource {
       }
       this.deviceModel = model;
       t = this.step('set', t);
-      if (!fromModel) {
+      if (relayed) {
         // What the data plane observed (roaming, handshakes) is only known from a fresh read.
-        await this.publishDiscovered(mesh, snapshot);
-        this.checkReachability(mesh, snapshot);
+        await this.publishDiscovered(wanted, snapshot, relayed.relayEndpoints);
+        if (relayed.patch) {
+          await patchNodeAnnotations(this.kc, s.nodeName, relayed.patch);
+          this.relays.published(relayed.patch);
+          this.written = { ...this.written, ...relayed.patch };
+        }
+        this.checkReachability(wanted, snapshot);
         this.workingHere = workingAtOwnAddress(mesh.peers, snapshot, Date.now());
       }
       for (const action of plan.actions) {

@@ -40,3 +40,25 @@ export function workingAtOwnAddress(peers: ReadonlyMap<string, DesiredPeer>, dev
   }
   return out;
 }
+
+/**
+ * Peers whose session is carrying packets keep the endpoint their data plane learned from them,
+ * instead of one others observed (`discovered`). Behind a NAT that picks a port per destination
+ * every observer sees the peer somewhere else; writing one observer's view over a session that
+ * works breaks it until the peer's next packet moves it back, and that observer's view flips in
+ * turn. A forced endpoint, a LAN or published address, and relay and trial endpoints (`exclude`)
+ * are still written as decided.
+ */
+export function keepLiveEndpoints<P extends DesiredPeer>(
+  peers: ReadonlyMap<string, P>, device: DeviceSnapshot, live: ReadonlySet<string>, exclude: ReadonlySet<string>,
+): Map<string, P> {
+  const out = new Map(peers);
+  for (const peer of device.peers) {
+    const key = keyToBase64(peer.publicKey);
+    const want = out.get(key);
+    if (!want || want.endpointSource !== 'discovered' || !peer.endpoint || !live.has(key) || exclude.has(key)) continue;
+    const here = peer.endpoint.toString();
+    if (here !== want.endpoint) out.set(key, { ...want, endpoint: here });
+  }
+  return out;
+}

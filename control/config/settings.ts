@@ -54,6 +54,14 @@ export interface Settings {
   resyncInterval: number;
   /** Address for /metrics, /healthz and /readyz (`host:port`); empty turns the endpoint off. */
   metricsAddress: string;
+  /** Use relays for peers that cannot be reached directly, and relay for others when public. */
+  relay: boolean;
+  /** UDP ports this node may allocate when it relays (two per pair). */
+  relayPorts: { min: number; max: number };
+  /** Pairs this node relays at once. */
+  relayMaxPairs: number;
+  /** Per relayed pair, Mbit/s forwarded at most; 0 = unlimited. */
+  relayPairMbit: number;
 }
 
 export class SettingError extends Error {
@@ -182,6 +190,21 @@ function duration(defaultValue: string, min: number, doc: string): Spec<number> 
   };
 }
 
+/** `min-max` UDP ports, at least two of them. */
+function portRange(defaultValue: string, doc: string): Spec<{ min: number; max: number }> {
+  const accepted = 'a port range such as 51900-51999 (1-65535, at least two ports)';
+  return {
+    default: defaultValue, doc,
+    parse(value, name) {
+      const m = /^(\d{1,5})-(\d{1,5})$/.exec(value.trim());
+      if (!m) return fail(name, value, accepted);
+      const min = Number(m[1]), max = Number(m[2]);
+      if (min < 1 || max > 65535 || max <= min) fail(name, value, accepted);
+      return { min, max };
+    },
+  };
+}
+
 const INTERFACE_NAME = /^[A-Za-z0-9_.-]{1,15}$/;
 const ABSOLUTE_PATH = { test: (v: string) => v.startsWith('/') && !v.includes('\0'), accepted: 'an absolute path' };
 const OPTIONAL_PATH = { test: (v: string) => v === '' || ABSOLUTE_PATH.test(v), accepted: 'an absolute path or empty' };
@@ -225,6 +248,10 @@ export const SETTINGS = {
   NFT_TABLE: text('roamguard', 'name of the nftables table (family inet) the agent owns',
     { test: (v) => /^[A-Za-z][A-Za-z0-9_-]{0,31}$/.test(v), accepted: 'a table name (letter, then letters, digits, "_" or "-")' }),
   RESYNC_INTERVAL: integer(60, 1, 86400, 'seconds between full re-applications of routes and firewall rules'),
+  RELAY: bool(true, 'relay for pairs of nodes that cannot meet (when this node is public) and use relays for peers this node cannot reach directly; false = neither'),
+  RELAY_PORTS: portRange('51900-51999', 'UDP ports a public node may allocate for relayed pairs (two per pair); open them in cloud firewalls'),
+  RELAY_MAX_PAIRS: integer(32, 0, 10000, 'pairs of nodes this node relays at once (0 = it never relays, but still uses relays)'),
+  RELAY_PAIR_MBIT: integer(1000, 0, 1000000, 'Mbit/s forwarded per relayed pair at most; 0 = unlimited'),
   METRICS_ADDRESS: text(':9474', 'host:port for /metrics, /healthz and /readyz; empty = off',
     { test: (v) => v === '' || /^(\[[0-9a-fA-F:.]+\]|[0-9.]*|[A-Za-z0-9.-]+):\d{1,5}$/.test(v), accepted: 'host:port, :port or empty' }),
 } as const;
@@ -274,6 +301,10 @@ export function loadSettings(env: Env = process.env): Settings {
     nftTable: get('NFT_TABLE'),
     resyncInterval: get('RESYNC_INTERVAL'),
     metricsAddress: get('METRICS_ADDRESS'),
+    relay: get('RELAY'),
+    relayPorts: get('RELAY_PORTS'),
+    relayMaxPairs: get('RELAY_MAX_PAIRS'),
+    relayPairMbit: get('RELAY_PAIR_MBIT'),
   };
 
   // Settings that are only wrong together.

@@ -12,6 +12,11 @@
  * | `roamguard.io/discovered-endpoints` | JSON object: public key → `ip:port` this node's data    |
  * |                                | plane sees that peer at, when that is none of the peer's own  |
  * |                                | addresses (the peer is behind NAT; others may use it)         |
+ * | `roamguard.io/relay-requests`  | JSON object: public key of a peer this node cannot reach →    |
+ * |                                | the relay nodes this node has a live session with (relay.ts)  |
+ * | `roamguard.io/relay-allocations` | present on a node that offers to relay: JSON object         |
+ * |                                | `"keyLow,keyHigh"` → `[portForLow, portForHigh]`, the UDP     |
+ * |                                | ports it forwards between for that pair (`{}` = none yet)     |
  *
  * Everything read here comes from objects anyone with patch rights on Nodes can write, so each
  * value is checked and bounded; a bad value rejects that one node (with a reason) and never
@@ -28,7 +33,12 @@ export const ANNOTATION = {
   nodeIps: 'roamguard.io/node-ips',
   forceEndpoint: 'roamguard.io/force-endpoint',
   discoveredEndpoints: 'roamguard.io/discovered-endpoints',
+  relayRequests: 'roamguard.io/relay-requests',
+  relayAllocations: 'roamguard.io/relay-allocations',
 } as const;
+
+/** Annotations read on their own, dropped entry by entry when bad: never a reason to reject a node. */
+const ADVISORY: ReadonlySet<string> = new Set([ANNOTATION.discoveredEndpoints, ANNOTATION.relayRequests, ANNOTATION.relayAllocations]);
 
 /** Bounds on what one Node may claim: enough for any real node, small enough to be harmless. */
 export const LIMITS = {
@@ -36,6 +46,13 @@ export const LIMITS = {
   /** discovered-endpoints lists one entry per NAT'd peer: room for about a thousand. */
   discoveredLength: 96 * 1024,
   discoveredEntries: 1024,
+  /** relay-requests: one entry per unreachable peer, each naming a few relays. */
+  relayRequestsLength: 96 * 1024,
+  relayRequestEntries: 1024,
+  relayCandidatesPerRequest: 8,
+  /** relay-allocations: one entry per relayed pair. */
+  relayAllocationsLength: 128 * 1024,
+  relayAllocationEntries: 1024,
   podCidrs: 16,
   nodeIps: 32,
   /** Shorter prefixes would let one node claim most of an address family. */
@@ -114,7 +131,7 @@ export function parseNodeAnnotations(node: NodeObject): AnnotationResult {
   if (key === undefined || key === '') return { ok: false, missing: true, reason: `no ${ANNOTATION.publicKey} annotation` };
   try {
     for (const name of Object.values(ANNOTATION)) {
-      if (name === ANNOTATION.discoveredEndpoints) continue; // advisory: read on its own, never rejects the node
+      if (ADVISORY.has(name)) continue; // read on its own (bounded there), never rejects the node
       const v = annotations[name];
       if (v !== undefined && v.length > LIMITS.valueLength) throw new Error(`${name} is ${v.length} characters long (at most ${LIMITS.valueLength})`);
     }
@@ -191,4 +208,72 @@ export function formatOwnAnnotations(own: { publicKey: string; listenPort: numbe
     [ANNOTATION.podCidrs]: JSON.stringify(own.podCidrs),
     [ANNOTATION.nodeIps]: JSON.stringify(own.nodeIps),
   };
+}
+
+const BASE64_KEY = /^[A-Za-z0-9+/]{43}=$/;
+const NODE_NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+
+function jsonObject(text: string | undefined, maxLength: number): Record<string, unknown> | undefined {
+  if (text === undefined || text.length > maxLength) return undefined;
+  try {
+    const value: unknown = JSON.parse(text);
+    return typeof value === 'object' && value !== null && !Array.isArray(value) ? value as Record<string, unknown> : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Reads a node's `relay-requests`: peer key → relay node names (sorted, unique). Advisory and
+ * bounded like `discovered-endpoints`: a bad entry is dropped, never an error. What it says only
+ * ever speaks for the node that carries it (see control/mesh/relay.ts).
+ */
+export function parseRelayRequests(node: NodeObject): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  const value = jsonObject(node.metadata?.annotations?.[ANNOTATION.relayRequests], LIMITS.relayRequestsLength);
+  if (!value) return out;
+  for (const [key, names] of Object.entries(value)) {
+    if (out.size >= LIMITS.relayRequestEntries) break;
+    if (!BASE64_KEY.test(key) || !Array.isArray(names) || names.length === 0 || names.length > LIMITS.relayCandidatesPerRequest) continue;
+    if (!names.every((n) => typeof n === 'string' && NODE_NAME.test(n))) continue;
+    out.set(key, [...new Set(names as string[])].sort());
+  }
+  return out;
+}
+
+/** The `relay-requests` text (stable: sorted by key); undefined when there is nothing to ask. */
+export function formatRelayRequests(requests: ReadonlyMap<string, readonly string[]>): string | undefined {
+  if (requests.size === 0) return undefined;
+  return JSON.stringify(Object.fromEntries([...requests].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([k, v]) => [k, [...v].sort()])));
+}
+
+/** The two keys of a relayed pair in canonical order, joined: `keyLow,keyHigh`. */
+export function relayPairId(a: string, b: string): string {
+  return a < b ? `${a},${b}` : `${b},${a}`;
+}
+
+/**
+ * Reads a node's `relay-allocations`: undefined when the node does not offer to relay, else pair
+ * id → [port the lower key sends to, port the higher key sends to]. Bad entries are dropped.
+ */
+export function parseRelayAllocations(node: NodeObject): Map<string, [number, number]> | undefined {
+  const text = node.metadata?.annotations?.[ANNOTATION.relayAllocations];
+  if (text === undefined) return undefined;
+  const out = new Map<string, [number, number]>();
+  const value = jsonObject(text, LIMITS.relayAllocationsLength);
+  if (!value) return out;
+  const isPort = (p: unknown): p is number => Number.isInteger(p) && (p as number) >= 1 && (p as number) <= 65535;
+  for (const [id, ports] of Object.entries(value)) {
+    if (out.size >= LIMITS.relayAllocationEntries) break;
+    const keys = id.split(',');
+    if (keys.length !== 2 || !keys.every((k) => BASE64_KEY.test(k)) || !(keys[0] < keys[1])) continue;
+    if (!Array.isArray(ports) || ports.length !== 2 || !isPort(ports[0]) || !isPort(ports[1]) || ports[0] === ports[1]) continue;
+    out.set(id, [ports[0], ports[1]]);
+  }
+  return out;
+}
+
+/** The `relay-allocations` text (stable: sorted by pair id). */
+export function formatRelayAllocations(allocations: ReadonlyMap<string, readonly [number, number]>): string {
+  return JSON.stringify(Object.fromEntries([...allocations].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))));
 }

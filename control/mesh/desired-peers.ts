@@ -31,6 +31,8 @@ export interface DesiredPeer {
   endpoint?: string;
   /** Where `endpoint` came from (for logs and status). */
   endpointSource?: EndpointSource;
+  /** The relay node's name when `endpointSource` is `relay`. */
+  relayVia?: string;
   /** The node's own addresses (Node status + node-ips annotation), canonical order. */
   addresses?: string[];
   /** The node's public address when it is behind NAT (seen by others at an address not its own). */
@@ -40,7 +42,8 @@ export interface DesiredPeer {
   persistentKeepalive: number;
 }
 
-export type EndpointSource = 'forced' | 'discovered' | 'lan' | 'published';
+/** `relay`: set by the agent for a peer reached through a relay node (control/mesh/relay.ts). */
+export type EndpointSource = 'forced' | 'discovered' | 'lan' | 'published' | 'relay';
 
 export interface Rejection { node: string; reason: string }
 
@@ -62,6 +65,8 @@ export interface MeshState {
   tunnelRoutes: string[];
   /** This node's public address when others see it behind NAT. */
   selfNatPublicAddress?: string;
+  /** Where others see this node behind NAT (`ip:port`). */
+  selfNatEndpoint?: string;
 }
 
 export interface SelfView {
@@ -343,6 +348,7 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
     clusterPodCidrs: sortAddresses([...self.podCidrs, ...accepted.flatMap((n) => n.podCidrs)]),
     tunnelRoutes: sortAddresses(tunnelRoutes),
     selfNatPublicAddress: selfNat?.address,
+    selfNatEndpoint: selfNat?.endpoint,
   };
 }
 

@@ -12,11 +12,6 @@
  *   and reconcile keeps that: it writes the published endpoint only for a new peer, a peer with no
  *   endpoint, a peer whose published endpoint changed since we last wrote it, or (when we have no
  *   memory, after a restart) a peer that has not completed a handshake recently.
- * - A changed *observation* (`discovered`: where other nodes see a NAT'd peer) does not move a
- *   peer whose session is alive here (its received bytes grew within `aliveWindowMs`): one node
- *   reaching the peer another way (a forced endpoint of the other family) changes what it
- *   reports, others would follow, their reports change in turn, and endpoints would swing back
- *   and forth. Once the session goes quiet (the NAT mapping really moved) the observation applies.
  */
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { formatPrefix, parsePrefix } from '../../dataplane/net/ip.ts';
@@ -32,12 +27,10 @@ export const RECENT_HANDSHAKE_MS = 180_000;
 export interface ReconcileMemory {
   /** Base64 key → the published endpoint last written to the data plane for that peer. */
   writtenEndpoint: Map<string, string | undefined>;
-  /** Base64 key → the peer's received bytes at the last look, and when (wall ms) they last grew. */
-  rxGrowth: Map<string, { rx: number; grewAtMs: number }>;
 }
 
 export function newReconcileMemory(): ReconcileMemory {
-  return { writtenEndpoint: new Map(), rxGrowth: new Map() };
+  return { writtenEndpoint: new Map() };
 }
 
 export interface ReconcileOptions {
@@ -45,11 +38,6 @@ export interface ReconcileOptions {
   /** The data plane understands `allowed_ip=-prefix` (roamguard, newer wireguard-go). */
   canRemoveAllowedIp: boolean;
   nowWallMs: number;
-  /**
-   * A session whose received bytes grew within this long is alive (see the file comment);
-   * 0 (the default) = never judged alive. The agent passes two keepalive intervals.
-   */
-  aliveWindowMs?: number;
 }
 
 export type PeerAction =
@@ -117,10 +105,6 @@ export function planReconcile(
 
     const written = memory.writtenEndpoint.get(key);
     const remembered = memory.writtenEndpoint.has(key);
-    const growth = memory.rxGrowth.get(key);
-    const grew = growth !== undefined && current.rxBytes !== growth.rx;
-    const alive = growth !== undefined && (grew || options.nowWallMs - growth.grewAtMs < (options.aliveWindowMs ?? 0));
-    if (!growth || grew) memory.rxGrowth.set(key, { rx: current.rxBytes, grewAtMs: options.nowWallMs });
     let endpoint: string | undefined;
     if (want.endpoint !== undefined) {
       if (current.endpoint && Endpoint.parse(want.endpoint).equals(current.endpoint)) {
@@ -130,7 +114,7 @@ export function planReconcile(
       } else {
         const recent = current.lastHandshakeWallMs > 0 && options.nowWallMs - current.lastHandshakeWallMs < RECENT_HANDSHAKE_MS;
         if (!current.endpoint) endpoint = want.endpoint;
-        else if (remembered && written !== want.endpoint && !(want.endpointSource === 'discovered' && alive && recent)) endpoint = want.endpoint;
+        else if (remembered && written !== want.endpoint) endpoint = want.endpoint;
         else if (!remembered && !recent) endpoint = want.endpoint;
         if (endpoint !== undefined || !remembered) memory.writtenEndpoint.set(key, want.endpoint);
       }
@@ -170,7 +154,6 @@ export function planReconcile(
     });
   }
   for (const key of [...memory.writtenEndpoint.keys()]) if (!desired.has(key)) memory.writtenEndpoint.delete(key);
-  for (const key of [...memory.rxGrowth.keys()]) if (!seen.has(key)) memory.rxGrowth.delete(key);
 
   const peers = [...removals, ...updates];
   return { actions, kept, request: peers.length > 0 ? { replacePeers: false, peers } : undefined };

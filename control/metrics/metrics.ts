@@ -22,6 +22,7 @@ import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
 import type { DeviceStats, PeerStats } from '../../dataplane/uapi/uapi-stats.ts';
 import { PEER_STATES, UNREACHABLE_AFTER_MS, handshakeExpected, peerState } from '../status/peer-state.ts';
 import type { AgentStatusSource } from './status-source.ts';
+import type { PairCounters } from '../relay/forward-core.ts';
 
 const PEER = ['node', 'key'] as const;
 const AGENT_STATES = ['starting', 'running', 'stopped'] as const;
@@ -93,6 +94,11 @@ export const METRIC_HELP: Record<string, string> = {
   roamguard_peer_handshakes_total: 'handshakes completed with the peer',
   roamguard_peer_state: 'the peer\'s state: connected, handshaking, stale, no endpoint (1 for the current one)',
   roamguard_peer_unreachable: '1 when the peer has no working session (see roamguard_peers_unreachable)',
+  roamguard_peer_relayed: '1 when the peer is reached through a relay node (label via: that node)',
+  roamguard_relay_pairs: 'pairs of nodes this node relays now',
+  roamguard_relay_forwarded_datagrams_total: 'datagrams this node relayed for a pair (label pair: the two nodes)',
+  roamguard_relay_forwarded_bytes_total: 'bytes this node relayed for a pair',
+  roamguard_relay_dropped_datagrams_total: 'datagrams this node did not relay for a pair, by reason',
   roamguard_metrics_refused_connections_total: 'connections to this endpoint closed at accept because it already had its maximum (a scrape flood)',
 };
 
@@ -155,6 +161,11 @@ export class AgentMetrics {
     counter('roamguard_peer_handshakes_total', PEER);
     gauge('roamguard_peer_state', [...PEER, 'state']);
     gauge('roamguard_peer_unreachable', PEER);
+    gauge('roamguard_peer_relayed', [...PEER, 'via']);
+    gauge('roamguard_relay_pairs');
+    counter('roamguard_relay_forwarded_datagrams_total', ['pair']);
+    counter('roamguard_relay_forwarded_bytes_total', ['pair']);
+    counter('roamguard_relay_dropped_datagrams_total', ['pair', 'reason']);
     this.refusedConnections = new Counter({
       name: 'roamguard_metrics_refused_connections_total', help: METRIC_HELP.roamguard_metrics_refused_connections_total, registers: [this.registry],
     });
@@ -302,6 +313,16 @@ export class AgentMetrics {
       for (const key of [...this.notConnectedSince.keys()]) if (!seen.has(key)) this.notConnectedSince.delete(key);
     }
     this.g('roamguard_peers_unreachable').set(unreachable);
+    for (const peer of mesh?.peers.values() ?? []) {
+      if (peer.endpointSource === 'relay' && peer.relayVia) this.g('roamguard_peer_relayed').set({ node: peer.nodeName, key: peer.publicKey.slice(0, 8), via: peer.relayVia }, 1);
+    }
+    const relayed: ReadonlyMap<string, PairCounters> = s.relayCounters?.() ?? new Map();
+    this.g('roamguard_relay_pairs').set(relayed.size);
+    for (const [pair, c] of relayed) {
+      this.c('roamguard_relay_forwarded_datagrams_total').inc({ pair }, c.datagrams[0] + c.datagrams[1]);
+      this.c('roamguard_relay_forwarded_bytes_total').inc({ pair }, c.bytes[0] + c.bytes[1]);
+      for (const [reason, n] of Object.entries(c.dropped)) if (n > 0) this.c('roamguard_relay_dropped_datagrams_total').inc({ pair, reason }, n);
+    }
     if (stats) {
       for (const [reason, n] of Object.entries(stats.drops)) this.c('roamguard_dataplane_dropped_packets_total').inc({ reason }, n);
       this.g('roamguard_dataplane_worker_threads').set(stats.workerThreads);

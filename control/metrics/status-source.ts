@@ -6,6 +6,7 @@
 import type { MeshState } from '../mesh/desired-peers.ts';
 import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
 import type { DeviceStats } from '../../dataplane/uapi/uapi-stats.ts';
+import type { PairCounters } from '../relay/forward-core.ts';
 
 /** The data plane as the metrics read it: a UapiClient (dataplane/uapi/uapi-client.ts) fits. */
 export interface DataplaneReader {
@@ -55,4 +56,6 @@ export interface AgentStatusSource {
   readonly tunnelMtu?: number;
   readonly pathMtus?: ReadonlyMap<string, { readonly mtu: number | undefined }>;
   readonly pathMtuProbes?: number;
+  /** As a relay: forwarding counters per relayed pair, by `nodeA,nodeB` (control/agent/relays.ts). */
+  relayCounters?(): ReadonlyMap<string, PairCounters>;
 }

@@ -5,6 +5,7 @@
  *   NODE    KEY       ENDPOINT                    ALLOWED IPS                  HANDSHAKE  TRANSFER                STATE
  *   node-2  Hd0E9dqc  10.77.0.2:51820             10.77.0.2/32,10.244.2.0/24   12s ago    rx 1.20 MiB, tx 3.00 KiB connected
  *   node-3  uQ2x1lTo  203.0.113.9:40012 (roamed)  10.244.3.0/24                never      rx 0 B, tx 592 B        handshaking
+ *   node-4  Zk3v0QaP  203.0.113.1:51900 (relay via node-1)  10.244.4.0/24     3s ago     rx 9.00 KiB, tx 9.00 KiB connected
  */
 import { formatAge, formatBytes } from './peer-state.ts';
 import type { StatusReport } from './status.ts';
@@ -30,7 +31,7 @@ export function formatStatusTable(report: StatusReport, nowWallMs: number): stri
   const mtus = report.tunnelMtu !== undefined;
   const rows: string[][] = [mtus ? [...HEADERS.slice(0, 4), 'PATH MTU', ...HEADERS.slice(4)] : [...HEADERS]];
   for (const p of report.peers) {
-    const endpoint = p.endpoint === null ? '(none)' : p.roamed ? `${p.endpoint} (roamed)` : p.endpoint;
+    const endpoint = p.endpoint === null ? '(none)' : p.relayVia ? `${p.endpoint} (relay via ${p.relayVia})` : p.roamed ? `${p.endpoint} (roamed)` : p.endpoint;
     rows.push([
       p.node,
       p.key,

@@ -14,7 +14,8 @@ import { keyToBase64 } from '../../dataplane/noise/keys.ts';
 import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
 import type { DeviceStats } from '../../dataplane/uapi/uapi-stats.ts';
 import type { IpFamilyChoice } from '../config/settings.ts';
-import { parseNodeAnnotations, type NodeObject } from '../mesh/annotations.ts';
+import { parseNodeAnnotations, parseRelayAllocations, relayPairId, type NodeObject } from '../mesh/annotations.ts';
+import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { desiredMesh, nodeAddresses, type EndpointSource } from '../mesh/desired-peers.ts';
 import { peerState, type PeerState } from './peer-state.ts';
 
@@ -35,6 +36,8 @@ export interface PeerStatus {
   expectedSource: EndpointSource | null;
   /** The data plane's endpoint differs from the expected one: learned from the peer's packets. */
   roamed: boolean;
+  /** The node whose relay port the data plane sends this peer's traffic to; null when direct. */
+  relayVia: string | null;
   allowedIps: string[];
   /** Wall-clock ms; 0 = never. */
   lastHandshakeWallMs: number;
@@ -117,6 +120,18 @@ export function buildStatus(input: StatusInput): StatusReport {
     const mtus = allowedIps.map((c) => routeMtu.get(c)).filter((m): m is number => m !== undefined);
     return { pathMtu: Math.min(input.routes.tunnelMtu, ...mtus) };
   };
+  // Relay ports for pairs with this node: `ip:port` → relay node (control/mesh/relay.ts).
+  const relayPorts = new Map<string, string>();
+  for (const relay of mesh.peers.values()) {
+    const node = nodes.find((n) => n.metadata?.name === relay.nodeName);
+    const allocations = node ? parseRelayAllocations(node) : undefined;
+    if (!allocations || !relay.endpoint || !input.publicKey) continue;
+    const host = Endpoint.parse(relay.endpoint).host;
+    for (const peer of mesh.peers.keys()) {
+      const ports = allocations.get(relayPairId(input.publicKey, peer));
+      if (ports) relayPorts.set(`${peer}\n${new Endpoint(host, ports[input.publicKey < peer ? 0 : 1])}`, relay.nodeName);
+    }
+  }
 
   const peers: PeerStatus[] = [];
   const configured = new Set<string>();
@@ -127,6 +142,7 @@ export function buildStatus(input: StatusInput): StatusReport {
     const endpoint = peer.endpoint?.toString() ?? null;
     const expected = desired?.endpoint ?? null;
     const c = counters.get(publicKey);
+    const relayVia = endpoint === null ? null : relayPorts.get(`${publicKey}\n${endpoint}`) ?? null;
     peers.push({
       node: desired?.nodeName ?? owners.get(publicKey) ?? '-',
       publicKey,
@@ -134,7 +150,8 @@ export function buildStatus(input: StatusInput): StatusReport {
       endpoint,
       expectedEndpoint: expected,
       expectedSource: desired?.endpointSource ?? null,
-      roamed: endpoint !== null && expected !== null && endpoint !== expected,
+      roamed: relayVia === null && endpoint !== null && expected !== null && endpoint !== expected,
+      relayVia,
       allowedIps: peer.allowedIps.map(formatPrefix),
       ...pathMtuOf(peer.allowedIps.map(formatPrefix)),
       lastHandshakeWallMs: peer.lastHandshakeWallMs,
@@ -149,7 +166,7 @@ export function buildStatus(input: StatusInput): StatusReport {
     if (configured.has(desired.publicKey)) continue;
     peers.push({
       node: desired.nodeName, publicKey: desired.publicKey, key: desired.publicKey.slice(0, 8), endpoint: null,
-      expectedEndpoint: desired.endpoint ?? null, expectedSource: desired.endpointSource ?? null, roamed: false, allowedIps: desired.allowedIps, lastHandshakeWallMs: 0,
+      expectedEndpoint: desired.endpoint ?? null, expectedSource: desired.endpointSource ?? null, roamed: false, relayVia: null, allowedIps: desired.allowedIps, lastHandshakeWallMs: 0,
       rxBytes: 0, txBytes: 0, persistentKeepalive: 0, state: 'not configured',
     });
   }

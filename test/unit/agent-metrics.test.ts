@@ -14,6 +14,7 @@ import type { MeshState } from '../../control/mesh/desired-peers.ts';
 import { AgentMetrics, METRIC_HELP } from '../../control/metrics/metrics.ts';
 import { parseListenAddress, startMetricsServer, type MetricsServer } from '../../control/metrics/server.ts';
 import type { AgentStatusSource, DataplaneReader, InformerView } from '../../control/metrics/status-source.ts';
+import { newCounters } from '../../control/relay/forward-core.ts';
 
 const NOW = 1_800_000_000_000;
 const KEY_1 = new Uint8Array(32).fill(1);
@@ -193,6 +194,25 @@ describe('agent metrics', () => {
     s = series(await metrics.scrape());
     assert.equal(s.get('roamguard_dataplane_up'), '0');
     assert.ok(![...s.keys()].some((k) => k.startsWith('roamguard_peer_')), 'old peer series are gone');
+  });
+
+  test('relayed peers carry the relay\'s name; a relay reports its pairs\' forwarding counters', async () => {
+    const source = new FakeSource();
+    const m = mesh();
+    m.peers.set(B64[1], { ...m.peers.get(B64[1])!, endpointSource: 'relay', relayVia: 'cloud-1' });
+    source.lastMesh = m;
+    const counters = newCounters();
+    counters.datagrams = [10, 12];
+    counters.bytes = [1000, 1500];
+    counters.dropped['unknown-source'] = 3;
+    const relaySource = Object.assign(source, { relayCounters: () => new Map([['node-2,node-3', counters]]) });
+    const s = series(await new AgentMetrics(relaySource, { defaultMetrics: false, now: () => NOW }).scrape());
+    assert.equal(s.get(`roamguard_peer_relayed{node="node-3",key="${B64[1].slice(0, 8)}",via="cloud-1"}`), '1');
+    assert.equal([...s.keys()].filter((k) => k.startsWith('roamguard_peer_relayed')).length, 1, 'direct peers have no series');
+    assert.equal(s.get('roamguard_relay_pairs'), '1');
+    assert.equal(s.get('roamguard_relay_forwarded_datagrams_total{pair="node-2,node-3"}'), '22');
+    assert.equal(s.get('roamguard_relay_forwarded_bytes_total{pair="node-2,node-3"}'), '2500');
+    assert.equal(s.get('roamguard_relay_dropped_datagrams_total{pair="node-2,node-3",reason="unknown-source"}'), '3');
   });
 
   test('listen addresses', () => {

@@ -127,6 +127,12 @@ describe('agent settings', () => {
     ['WG_SOCKET_DIR', 'run/wg', /absolute path/],
     ['NFT_TABLE', '1table', /table name/],
     ['RESYNC_INTERVAL', '0', /integer from 1 to 86400/],
+    ['RELAY', 'sometimes', /true\/false/],
+    ['RELAY_PORTS', '52000', /a port range such as 51900-51999/],
+    ['RELAY_PORTS', '52000-51000', /at least two ports/],
+    ['RELAY_PORTS', '0-10', /1-65535/],
+    ['RELAY_MAX_PAIRS', '-1', /integer from 0 to 10000/],
+    ['RELAY_PAIR_MBIT', 'fast', /integer from 0 to 1000000/],
     ['METRICS_ADDRESS', 'localhost', /host:port/],
   ];
   for (const [name, value, accepted] of bad) {

@@ -148,10 +148,11 @@ describe('the page', () => {
     assert.match(html, /<g class="path" data-kind="LAN" data-pair="o1-o2">/);
     assert.equal((html.match(/data-pair="c1-o1"/g) ?? []).length, 1);
     assert.match(html, /3s ago · 0 B\/s/);
-    assert.match(html, /relay \(none yet\)/);
+    assert.match(html, /stroke-dasharray="2 4"\/><\/svg> relay<\/span>/, 'the legend has relays');
     assert.match(html, /<text[^>]*>office NAT 203\.0\.113\.10<\/text>/);
     assert.match(html, /id="verdict" class="green"/);
     assert.equal(pairKind(['public', 'LAN']), 'LAN');
+    assert.equal(pairKind(['NAT', 'relay']), 'relay', 'a pair through a relay is drawn as one');
     assert.equal(pairKind([]), 'none');
   });
 

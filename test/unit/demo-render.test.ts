@@ -22,6 +22,7 @@ describe('demo rendering', () => {
     peers: [
       { from: 'c1', to: 'o1', endpoint: '203.0.113.10:51821', path: 'NAT', handshakeAgeS: 12, rxBytes: 2048, txBytes: 100 },
       { from: 'o1', to: 'c1', endpoint: '203.0.113.1:51820', path: 'public', handshakeAgeS: undefined, rxBytes: 0, txBytes: 0 },
+      { from: 'o1', to: 'k1', endpoint: '203.0.113.1:51900', path: 'relay', via: 'c1', handshakeAgeS: 4, rxBytes: 0, txBytes: 0 },
     ],
     matrix: { c1: { o1: [true, v6ok] }, o1: { c1: [true, true] } },
     allGreen: v6ok,
@@ -34,6 +35,7 @@ describe('demo rendering', () => {
     assert.match(text, /o1 +office +192\.168\.1\.11 +203\.0\.113\.10 +10\.244\.3\.2 +fd00:244:3::2/);
     assert.match(text, /c1 +o1 +203\.0\.113\.10:51821 +NAT +12s ago +2\.0 KiB +100 B/);
     assert.match(text, /o1 +c1 +203\.0\.113\.1:51820 +public +never/);
+    assert.match(text, /o1 +k1 +203\.0\.113\.1:51900 +relay via c1 +4s ago/);
     assert.match(text, /all pods reach all pods over IPv4 and IPv6/);
     assert.doesNotMatch(text, /✗/);
     const bad = renderDemo(snapshot(false));

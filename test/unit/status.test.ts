@@ -186,3 +186,29 @@ describe('status output', () => {
     assert.deepEqual(alignColumns([['a', 'bb', 'c'], ['ddd', 'e', 'ffff']]), ['a    bb  c', 'ddd  e   ffff']);
   });
 });
+
+describe('relayed peers', () => {
+  test('a peer sent to at its relay port shows as "relay via NODE", not as roamed', () => {
+    // node-2 is a public relay (203.0.113.2) that allocated ports for (this node, node-4).
+    const pair = OWN < K4 ? `${OWN},${K4}` : `${K4},${OWN}`;
+    const ours = OWN < K4 ? 51900 : 51901;
+    const nodes = [
+      node('node-1', OWN, '192.168.1.1', '10.244.1.0/24'),
+      node('node-2', K2, '203.0.113.2', '10.244.2.0/24', { 'roamguard.io/relay-allocations': JSON.stringify({ [pair]: [51900, 51901] }) }),
+      node('node-4', K4, '192.168.4.4', '10.244.4.0/24'),
+    ];
+    const snapshot: DeviceSnapshot = { listenPort: 51820, fwmark: 0, peers: [
+      peer(K2, '203.0.113.2:51820', NOW - 3000, ['10.244.2.0/24']),
+      peer(K4, `203.0.113.2:${ours}`, NOW - 3000, ['10.244.4.0/24']),
+    ] };
+    const report = buildStatus(input({ nodes, snapshot }));
+    const relayed = report.peers.find((p) => p.node === 'node-4')!;
+    assert.equal(relayed.relayVia, 'node-2');
+    assert.equal(relayed.roamed, false);
+    assert.equal(report.peers.find((p) => p.node === 'node-2')!.relayVia, null);
+    assert.match(formatStatusTable(report, NOW), new RegExp(`node-4 .*203\\.0\\.113\\.2:${ours} \\(relay via node-2\\)`));
+    // The other member's port is not ours: a data plane sending there is not "our" relay path.
+    const wrong = buildStatus(input({ nodes, snapshot: { ...snapshot, peers: [peer(K4, `203.0.113.2:${ours === 51900 ? 51901 : 51900}`, NOW, [])] } }));
+    assert.equal(wrong.peers[0].relayVia, null);
+  });
+});
