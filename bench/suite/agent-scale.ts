@@ -24,6 +24,7 @@ import { keyToBase64 } from '../../dataplane/noise/keys.ts';
 import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
 import { World } from '../../lab/world.ts';
 import { Scope, WG_SOCKET_DIR, type NsProcess } from '../../test/system/netns.ts';
+import { prng } from '../../test/helpers/prng.ts';
 import {
   CHANGE_KINDS, SimulatedCluster, compareCanonical, comparePeerSets, isEmptyDifference,
   type Change, type ChangeKind, type PeerSetDifference, type SeenPeer,
@@ -139,17 +140,6 @@ export interface AgentScaleResult {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-/** A small deterministic generator (mulberry32), so a run's choices can be repeated. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** The data plane's peers in the model's terms (canonical text). */
 export function seenPeers(snapshot: DeviceSnapshot): Map<string, SeenPeer> {
@@ -242,7 +232,8 @@ function requestKind(r: { method: string; path: string; watch: boolean }): strin
 export async function runAgentScale(settings: AgentScaleSettings, progress: (line: string) => void): Promise<AgentScaleResult> {
   const scope = new Scope();
   const notes: string[] = [];
-  const random = seededRandom(settings.seed ?? 18);
+  // Deterministic, so a run's choices can be repeated.
+  const random = prng(settings.seed ?? 18);
   try {
     const world = await World.create(scope, { backbone: { name: 'lan', ipv4: '10.77.0.0/24', ipv6: 'fd77::/64' }, keepLogBytes: 512 * 1024 });
     const api = world.api;
