@@ -638,9 +638,12 @@ export class Agent implements AgentStatusSource {
       this.deviceModel = undefined;
       if (plan.request) await this.uapi!.set(plan.request);
       let model = plan.request ? applySetToSnapshot(snapshot, plan.request) : snapshot;
-      // A peer given a new endpoint gets a packet there now: it then answers on the new path,
-      // instead of its next keepalive on the old one roaming us back before we ever used it.
-      const moved = plan.actions.flatMap((a) => (a.kind === 'update' && a.endpoint !== undefined ? [{ publicKey: a.peer.publicKeyBytes, persistentKeepalive: a.peer.persistentKeepalive }] : []));
+      // A peer given an endpoint the cluster states (forced, published, LAN) gets a packet there
+      // now: it then answers on the new path, instead of its next keepalive on the old one roaming
+      // us back before we ever used it. Observed and relay endpoints are left to their own timing
+      // (the relay logic judges a direct trial by what arrives).
+      const stated = new Set<string | undefined>(['forced', 'published', 'lan']);
+      const moved = plan.actions.flatMap((a) => (a.kind === 'update' && a.endpoint !== undefined && stated.has(a.peer.endpointSource) ? [{ publicKey: a.peer.publicKeyBytes, persistentKeepalive: a.peer.persistentKeepalive }] : []));
       const kick = kickRequest(moved);
       if (kick) {
         await this.uapi!.set(kick);
