@@ -78,6 +78,13 @@ export const DISCOVERY_INTERVAL_MS = 5000;
 
 /** Under constant Node churn the data plane is still read at least this often. */
 export const MAX_MODEL_AGE_MS = 30_000;
+/**
+ * From this many peers on, Node changes are planned against the model of the data plane and the
+ * discovery read yields to them (a get=1 is 2 MB at 5 000 peers). Below it a read costs little,
+ * and every pass reads: relay decisions and liveness need the peers' counters, which only a read
+ * has, and they should not wait for a quiet moment in the Node events.
+ */
+export const MODEL_PEER_THRESHOLD = 256;
 
 export class Agent implements AgentStatusSource {
   state: AgentState = 'starting';
@@ -210,7 +217,7 @@ export class Agent implements AgentStatusSource {
     // A Node change is planned against the model of the data plane (no read of every peer).
     this.watcher.onChange(() => {
       this.nodeEventsPending = true;
-      this.schedule(false, false);
+      this.schedule(false, !this.largeMesh());
     });
     await this.watcher.start();
     this.state = 'running';
@@ -507,7 +514,7 @@ export class Agent implements AgentStatusSource {
       const force = this.forceNext;
       // The discovery read yields to Node changes waiting to be planned (under churn a read of
       // every peer would come before each of them), unless the model has gone unread too long.
-      const discoveryRead = this.discoveryDue && (!this.nodeEventsPending || Date.now() - this.lastReadAt >= MAX_MODEL_AGE_MS);
+      const discoveryRead = this.discoveryDue && (!this.nodeEventsPending || !this.largeMesh() || Date.now() - this.lastReadAt >= MAX_MODEL_AGE_MS);
       const read = this.readNext || force || discoveryRead;
       this.forceNext = false;
       this.readNext = false;
@@ -524,6 +531,10 @@ export class Agent implements AgentStatusSource {
         }
       });
     }, this.deps.debounceMs ?? 50);
+  }
+
+  private largeMesh(): boolean {
+    return (this.lastMesh?.peers.size ?? 0) >= MODEL_PEER_THRESHOLD;
   }
 
   private async pass(full: boolean, read: boolean): Promise<void> {
