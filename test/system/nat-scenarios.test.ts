@@ -40,6 +40,19 @@ after(async () => { await scope.cleanup(); });
 
 const key = (node: WorldNode) => world.publicKeyOf(node)!;
 
+/** Replaces the `inet watch` table of `ns` with one counter of the packets matching `match`, before conntrack. */
+async function watchPackets(ns: WorldNode['ns'], match: string): Promise<void> {
+  await ns.exec('nft', ['-f', '-'], { input: `table inet watch {}
+delete table inet watch
+table inet watch {
+  chain prerouting {
+    type filter hook prerouting priority -300; policy accept;
+    ${match} counter
+  }
+}
+` });
+}
+
 /** Waits until `node` has a handshake with every other node in the world. */
 async function waitMeshed(node: WorldNode, timeoutMs = 60_000): Promise<void> {
   await waitFor(async () => {
@@ -105,15 +118,7 @@ describe('NAT scenarios', { timeout: 900_000 }, () => {
     const router = world.routers.get('office')!;
     // Count WireGuard packets between o1 and o2 that reach the router at all (a hairpin attempt
     // or a routed detour would); bridged LAN traffic never does.
-    await router.ns.exec('nft', ['-f', '-'], { input: `table inet watch {}
-delete table inet watch
-table inet watch {
-  chain prerouting {
-    type filter hook prerouting priority -300; policy accept;
-    udp sport { 51821, 51822 } udp dport { 51821, 51822 } counter
-  }
-}
-` });
+    await watchPackets(router.ns, 'udp sport { 51821, 51822 } udp dport { 51821, 51822 }');
     const result = await ping(pods.get('o1')!.ns, pods.get('o2')!.ipv4, { count: 20, intervalS: 0.05, deadlineS: 10 });
     assert.equal(result.received, 20);
     const listing = (await router.ns.exec('nft', ['list', 'table', 'inet', 'watch'])).stdout;
@@ -200,15 +205,7 @@ table inet watch {
     const relay = (await relayOf(o1, h2))!;
     assert.equal(await relayOf(h2, o1), relay, 'both sides use the same relay');
     const officeRouter = world.routers.get('office')!;
-    await officeRouter.ns.exec('nft', ['-f', '-'], { input: `table inet watch {}
-delete table inet watch
-table inet watch {
-  chain prerouting {
-    type filter hook prerouting priority -300; policy accept;
-    ip saddr ${o1.ipv4} ip daddr ${relay.ipv4} udp dport 51900-51999 counter
-  }
-}
-` });
+    await watchPackets(officeRouter.ns, `ip saddr ${o1.ipv4} ip daddr ${relay.ipv4} udp dport 51900-51999`);
     const [o1pod, h2pod] = [pods.get('o1')!, pods.get('h2')!];
     await relay.ns.exec('nft', ['-f', '-'], { input: `table inet relaywatch {}
 delete table inet relaywatch
