@@ -7,10 +7,12 @@
  * it to whatever version is current (no read-modify-write race with the kubelet, which updates
  * Node status every few seconds). A full update (PUT) would overwrite the kubelet's changes.
  *
- * Conflicts, throttling, apiserver errors (5xx) and network failures are retried a few times
- * with a growing delay; anything else (not found, forbidden, invalid) is final.
+ * Conflicts, throttling, apiserver errors (5xx), network failures and requests unanswered for
+ * 10 s are retried a few times with a growing delay; anything else (not found, forbidden,
+ * invalid) is final.
  */
 import { ApiException, CoreV1Api, KubeConfig, PatchStrategy, setHeaderOptions, type V1Node } from '@kubernetes/client-node';
+import { withSignal, withTimeout } from './request-signal.ts';
 
 export interface RetryOptions {
   /** Tries in all, the first included (default 4). */
@@ -18,9 +20,13 @@ export interface RetryOptions {
   /** Delay before the second try; doubles each time up to maxDelayMs (defaults 200 and 3000). */
   initialDelayMs?: number;
   maxDelayMs?: number;
+  /** Each try waits this long for an answer (default 10 000): a request on a dead connection never ends by itself. */
+  requestTimeoutMs?: number;
   /** For tests. */
   sleep?: (ms: number) => Promise<void>;
 }
+
+const REQUEST_TIMEOUT_MS = 10_000;
 
 /** A Kubernetes request that failed for good; `statusCode` is the HTTP status if there was one. */
 export class NodeApiError extends Error {
@@ -94,7 +100,7 @@ function describe(err: unknown): string {
   return (err as Error)?.message ?? String(err);
 }
 
-async function withRetries<T>(what: string, options: RetryOptions, call: () => Promise<T>): Promise<T> {
+async function withRetries<T>(what: string, options: RetryOptions, call: (signal: AbortSignal) => Promise<T>): Promise<T> {
   const attempts = options.attempts ?? 4;
   const initial = options.initialDelayMs ?? 200;
   const max = options.maxDelayMs ?? 3000;
@@ -103,7 +109,7 @@ async function withRetries<T>(what: string, options: RetryOptions, call: () => P
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   for (let attempt = 1; ; attempt++) {
     try {
-      return await call();
+      return await withTimeout(options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS, call);
     } catch (err) {
       if (attempt >= attempts || !isTransient(err)) {
         const tries = attempt === 1 ? '' : ` (after ${attempt} attempts)`;
@@ -143,12 +149,12 @@ export async function patchNodeAnnotations(
   // The generated client would send application/json-patch+json; the header option overrides it.
   const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
   return withRetries(`patching annotations of node ${JSON.stringify(nodeName)}`, options,
-    () => core.patchNode({ name: nodeName, body }, mergePatch));
+    (signal) => core.patchNode({ name: nodeName, body }, withSignal(signal, mergePatch)));
 }
 
 /** Reads one Node (retried like the patch). A missing node is a NodeApiError with statusCode 404. */
 export async function readNode(client: KubeConfig | CoreV1Api, name: string, options: RetryOptions = {}): Promise<V1Node> {
   checkNodeName(name);
   const core = coreApi(client);
-  return withRetries(`reading node ${JSON.stringify(name)}`, options, () => core.readNode({ name }));
+  return withRetries(`reading node ${JSON.stringify(name)}`, options, (signal) => core.readNode({ name }, withSignal(signal)));
 }

@@ -26,10 +26,11 @@
  * silences watches and lists belonging to a run that `stop()` has ended.
  */
 import {
-  CoreV1Api, KubeConfig, ListWatch, loadYaml, Observable, Watch,
-  type RequestContext, type ResponseContext, type V1Node, type V1NodeList,
+  CoreV1Api, KubeConfig, ListWatch, loadYaml, Watch,
+  type V1Node, type V1NodeList,
 } from '@kubernetes/client-node';
 import type { AgentLogger } from '../log.ts';
+import { withSignal } from './request-signal.ts';
 
 export type NodeWatcherState = 'starting' | 'synced' | 'error' | 'stopped';
 
@@ -98,20 +99,6 @@ function deserializeNode(raw: V1Node): V1Node {
   if (raw.apiVersion === undefined) delete node.apiVersion;
   if (raw.kind === undefined) delete node.kind;
   return node;
-}
-
-/** Per-request options that put an AbortSignal on client-node's fetch (it has no timeout of its own). */
-function signalOptions(signal: AbortSignal) {
-  return {
-    middleware: [{
-      pre: (context: RequestContext) => {
-        context.setSignal(signal);
-        return new Observable(Promise.resolve(context));
-      },
-      post: (context: ResponseContext) => new Observable(Promise.resolve(context)),
-    }],
-    middlewareMergeStrategy: 'append' as const,
-  };
 }
 
 interface OpenWatch { cancel(): void }
@@ -352,7 +339,7 @@ export class NodeWatcher {
     const timer = setTimeout(() => abort.abort(), this.#listTimeoutMs);
     try {
       const param = this.#labelSelector ? { labelSelector: this.#labelSelector } : {};
-      const list = await this.#core.listNode(param, signalOptions(abort.signal));
+      const list = await this.#core.listNode(param, withSignal(abort.signal));
       if (!this.#running || run !== this.#run) throw new StaleRunError();
       for (const node of list.items) stripManagedFields(node);
       this.#listedRun = run;

@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { execFile, execFileSync } from 'node:child_process';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { ApiException, CoreV1Api, KubeConfig, PatchStrategy, setHeaderOptions, Watch } from '@kubernetes/client-node';
 import { KubeApiServer, applyMergePatch, kubeConfigFor, type JsonValue } from '../../lab/kube-api-server.ts';
 import { NodeApiError, patchNodeAnnotations, readNode } from '../../control/kube/node-patch.ts';
@@ -210,6 +211,37 @@ describe('fake Kubernetes API server with the real client', () => {
     await assert.rejects(patchNodeAnnotations(server.kubeConfig(), '', { 'a.io/b': 'x' }), /non-empty string/);
     await assert.rejects(patchNodeAnnotations(server.kubeConfig(), 'retry-me', { 'a.io/b': 5 as unknown as string }), /string or null/);
     assert.equal(server.requests.length, 0);
+  });
+
+  test('a request that gets no answer (a dead connection) fails after the request timeout and is retried, never hangs', async (t) => {
+    // A server that accepts connections and never answers: what a connection looks like after a
+    // NAT on the way lost its state.
+    const held: Socket[] = [];
+    const blackHole = createServer((socket) => { held.push(socket); });
+    await new Promise<void>((resolve) => blackHole.listen(0, '127.0.0.1', resolve));
+    t.after(() => { for (const s of held) s.destroy(); blackHole.close(); });
+    const kc = new KubeConfig();
+    kc.loadFromOptions({
+      clusters: [{ name: 'hole', server: `http://127.0.0.1:${(blackHole.address() as AddressInfo).port}`, skipTLSVerify: true }],
+      users: [{ name: 'u' }], contexts: [{ name: 'c', cluster: 'hole', user: 'u' }], currentContext: 'c',
+    });
+    const started = Date.now();
+    await assert.rejects(patchNodeAnnotations(kc, 'n1', { 'a.io/b': 'c' }, { requestTimeoutMs: 300, attempts: 2, initialDelayMs: 10 }),
+      (err: unknown) => err instanceof NodeApiError && err.attempts === 2 && /no answer within 300 ms/.test(err.message));
+    const took = Date.now() - started;
+    assert.ok(took >= 600 && took < 5000, `two tries of 300 ms took ${took} ms`);
+    assert.equal(held.length, 2, 'each try was a request of its own');
+    await assert.rejects(readNode(kc, 'n1', { requestTimeoutMs: 200, attempts: 1 }), /no answer within 200 ms/);
+
+    // An answer within the timeout is taken as before.
+    server.createNode(node('slow-answer'));
+    server.setLatency(100);
+    try {
+      const ok = await patchNodeAnnotations(server.kubeConfig(), 'slow-answer', { 'a.io/b': 'c' }, { requestTimeoutMs: 2000 });
+      assert.equal(ok.metadata?.annotations?.['a.io/b'], 'c');
+    } finally {
+      server.setLatency(0);
+    }
   });
 
   test('watch: events after the given resourceVersion, in order, with their resourceVersions', async () => {
