@@ -113,6 +113,7 @@ export class Agent implements AgentStatusSource {
   get informer(): NodeWatcher | undefined { return this.watcher; }
   get dataplane(): UapiClient | undefined { return this.uapi; }
   relayCounters() { return this.relays.counters(); }
+  get relayProbes(): number { return this.relays.prober.sent; }
 
   private readonly settings: Settings;
   private readonly log: AgentLogger;

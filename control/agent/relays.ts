@@ -18,9 +18,11 @@ import {
 } from '../mesh/annotations.ts';
 import type { DesiredPeer, MeshState } from '../mesh/desired-peers.ts';
 import {
-  allocateRelayPorts, decideRelays, isPublicSelf, livePeers, relayAssignments, relayCandidates,
-  type LivenessMemory, type RelayClientMemory,
+  allocateRelayPorts, decideRelays, isPublicSelf, livenessWindow, livePeers, relayAssignments, relayCandidates, relaysToProbe,
+  updateProbing, type LivenessMemory, type ProbingMemory, type RelayClientMemory,
 } from '../mesh/relay.ts';
+import { probeAddress } from './path-mtu.ts';
+import { RelayProber } from './relay-probe.ts';
 import { RelayForwarder } from '../relay/forwarder.ts';
 import type { PairCounters } from '../relay/forward-core.ts';
 import type { AnnotationPatch } from './own-annotations.ts';
@@ -54,6 +56,9 @@ export class AgentRelays {
   allocations = new Map<string, [number, number]>();
   private readonly client: RelayClientMemory = new Map();
   private readonly liveness: LivenessMemory = new Map();
+  /** Relay candidates probed now, and since when. */
+  private readonly probing: ProbingMemory = new Map();
+  readonly prober: RelayProber;
   private forwarder: RelayForwarder | undefined;
   private publishedRequests: string | null | undefined;
   private publishedAllocations: string | null | undefined;
@@ -62,7 +67,9 @@ export class AgentRelays {
   /** Key → node name, from the last pass (labels of the counters). */
   private names = new Map<string, string>();
 
-  constructor(private readonly settings: Settings, private readonly log: AgentLogger) {}
+  constructor(private readonly settings: Settings, private readonly log: AgentLogger, prober?: RelayProber) {
+    this.prober = prober ?? new RelayProber();
+  }
 
   /**
    * Peers that sent something within the liveness window at the last pass (all of them when
@@ -105,8 +112,14 @@ export class AgentRelays {
     }
 
     const seen = device.peers.map((p) => ({ key: keyToBase64(p.publicKey), rxBytes: p.rxBytes, lastHandshakeWallMs: p.lastHandshakeWallMs, endpoint: p.endpoint?.toString() }));
+    // While a peer needs a relay, the relays are probed (relay-probe.ts) and a silent one is
+    // judged by a short window; otherwise two keepalives without a word.
+    const probed = s.relay ? relaysToProbe(mesh.peers, new Set(allocationsOf.keys()), this.client.size) : [];
+    updateProbing(this.probing, probed, now);
+    const routedPrefixes = new Set(mesh.tunnelRoutes);
+    this.prober.setTargets(probed.flatMap((key) => probeAddress(mesh.peers.get(key)!, routedPrefixes) ?? []));
     const windowMs = Math.max(15_000, (2 * s.persistentKeepalive + 5) * 1000);
-    const live = livePeers(seen, this.liveness, now, windowMs);
+    const live = livePeers(seen, this.liveness, now, (key) => livenessWindow(key, this.probing, now, windowMs));
     this.live = s.persistentKeepalive > 0 ? live : undefined;
     // A session that worked and went silent needs a relay as much as one that never started
     // (the handshake age alone says so only after 180 s + keepalive).
@@ -163,6 +176,11 @@ export class AgentRelays {
   }
 
   close(): void {
+    this.prober.close();
+    this.closeForwarder();
+  }
+
+  private closeForwarder(): void {
     this.forwarder?.close();
     this.forwarder = undefined;
   }
@@ -172,7 +190,7 @@ export class AgentRelays {
     const s = this.settings;
     if (!offer) {
       if (this.forwarder) this.log.info('stopped relaying', { pairs: this.allocations.size });
-      this.close();
+      this.closeForwarder();
       this.allocations = new Map();
       return;
     }

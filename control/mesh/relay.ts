@@ -88,11 +88,11 @@ export function chooseRelay(pairId: string, a: readonly string[], b: readonly st
 export type LivenessMemory = Map<string, { rxBytes: number; grewAt: number }>;
 
 /**
- * Peers whose received bytes grew within `windowMs`. With persistent keepalive every live peer
- * sends something at least every keepalive period, so a relay whose node died drops out of the
- * candidates within the window (the handshake age alone would take minutes).
+ * Peers whose received bytes grew within their window (`windowFor(key)`, ms). With persistent
+ * keepalive every live peer sends something at least every keepalive period, so a relay whose node
+ * died drops out of the candidates within the window (the handshake age alone would take minutes).
  */
-export function livePeers(device: ReadonlyArray<{ key: string; rxBytes: number; lastHandshakeWallMs: number }>, memory: LivenessMemory, nowWallMs: number, windowMs: number): Set<string> {
+export function livePeers(device: ReadonlyArray<{ key: string; rxBytes: number; lastHandshakeWallMs: number }>, memory: LivenessMemory, nowWallMs: number, windowFor: (key: string) => number): Set<string> {
   const seen = new Set<string>();
   const live = new Set<string>();
   for (const p of device) {
@@ -102,10 +102,52 @@ export function livePeers(device: ReadonlyArray<{ key: string; rxBytes: number; 
     // the doubt for one window, one without has said nothing yet.
     if (!m) memory.set(p.key, { rxBytes: p.rxBytes, grewAt: p.lastHandshakeWallMs > 0 ? nowWallMs : 0 });
     else if (p.rxBytes !== m.rxBytes) memory.set(p.key, { rxBytes: p.rxBytes, grewAt: nowWallMs });
-    if (nowWallMs - memory.get(p.key)!.grewAt <= windowMs) live.add(p.key);
+    if (nowWallMs - memory.get(p.key)!.grewAt <= windowFor(p.key)) live.add(p.key);
   }
   for (const key of [...memory.keys()]) if (!seen.has(key)) memory.delete(key);
   return live;
+}
+
+// --- probing the relays while a pair needs one ------------------------------------------------
+
+/**
+ * While this node has a peer in relay mode, the agent sends every relay candidate a datagram this
+ * often through the tunnel (control/agent/relay-probe.ts); the candidate's answer makes its
+ * received bytes grow whatever the keepalive period.
+ */
+export const RELAY_PROBE_INTERVAL_MS = 2000;
+
+/**
+ * A candidate probed for at least this long that sent nothing back for this long is taken for
+ * dead. Four probes: one lost datagram never moves a pair. With the keepalive window alone (at
+ * least two keepalives, 55 s at the default 25 s) a relay lost mid-pair would be replaced only
+ * after a minute; with probes the pair moves within about 20 s (docs/robustness.md).
+ */
+export const PROBED_SILENCE_MS = 8000;
+
+/** Base64 key → since when (wall ms) the peer has been probed without a break. */
+export type ProbingMemory = Map<string, number>;
+
+/** Records which peers are probed now: new ones from now, ones no longer probed are forgotten. */
+export function updateProbing(memory: ProbingMemory, probed: Iterable<string>, nowWallMs: number): void {
+  const now = new Set(probed);
+  for (const key of [...memory.keys()]) if (!now.has(key)) memory.delete(key);
+  for (const key of now) if (!memory.has(key)) memory.set(key, nowWallMs);
+}
+
+/**
+ * The liveness window of a peer: PROBED_SILENCE_MS once it has been probed that long (before,
+ * silence since the last keepalive is no evidence), else `keepaliveWindowMs`.
+ */
+export function livenessWindow(key: string, probing: ProbingMemory, nowWallMs: number, keepaliveWindowMs: number): number {
+  const since = probing.get(key);
+  return since !== undefined && nowWallMs - since >= PROBED_SILENCE_MS ? PROBED_SILENCE_MS : keepaliveWindowMs;
+}
+
+/** The peers to probe: relay-offering public peers, while this node has any peer in relay mode. */
+export function relaysToProbe(peers: ReadonlyMap<string, DesiredPeer>, offering: ReadonlySet<string>, inRelayMode: number): string[] {
+  if (inRelayMode === 0) return [];
+  return [...peers].filter(([, p]) => offering.has(p.nodeName) && isPublicPeer(p)).map(([key]) => key).sort();
 }
 
 // --- the members' side ------------------------------------------------------------------------

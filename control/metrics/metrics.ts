@@ -99,6 +99,7 @@ export const METRIC_HELP: Record<string, string> = {
   roamguard_relay_forwarded_datagrams_total: 'datagrams this node relayed for a pair (label pair: the two nodes)',
   roamguard_relay_forwarded_bytes_total: 'bytes this node relayed for a pair',
   roamguard_relay_dropped_datagrams_total: 'datagrams this node did not relay for a pair, by reason',
+  roamguard_relay_probes_total: 'liveness probes this node sent to relays through the tunnel while a peer needed a relay',
   roamguard_metrics_refused_connections_total: 'connections to this endpoint closed at accept because it already had its maximum (a scrape flood)',
 };
 
@@ -166,6 +167,7 @@ export class AgentMetrics {
     counter('roamguard_relay_forwarded_datagrams_total', ['pair']);
     counter('roamguard_relay_forwarded_bytes_total', ['pair']);
     counter('roamguard_relay_dropped_datagrams_total', ['pair', 'reason']);
+    counter('roamguard_relay_probes_total');
     this.refusedConnections = new Counter({
       name: 'roamguard_metrics_refused_connections_total', help: METRIC_HELP.roamguard_metrics_refused_connections_total, registers: [this.registry],
     });
@@ -318,6 +320,7 @@ export class AgentMetrics {
     }
     const relayed: ReadonlyMap<string, PairCounters> = s.relayCounters?.() ?? new Map();
     this.g('roamguard_relay_pairs').set(relayed.size);
+    this.c('roamguard_relay_probes_total').inc(s.relayProbes ?? 0);
     for (const [pair, c] of relayed) {
       this.c('roamguard_relay_forwarded_datagrams_total').inc({ pair }, c.datagrams[0] + c.datagrams[1]);
       this.c('roamguard_relay_forwarded_bytes_total').inc({ pair }, c.bytes[0] + c.bytes[1]);

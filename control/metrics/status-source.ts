@@ -58,4 +58,6 @@ export interface AgentStatusSource {
   readonly pathMtuProbes?: number;
   /** As a relay: forwarding counters per relayed pair, by `nodeA,nodeB` (control/agent/relays.ts). */
   relayCounters?(): ReadonlyMap<string, PairCounters>;
+  /** Liveness probes sent to relays while a peer needed one (control/agent/relay-probe.ts). */
+  readonly relayProbes?: number;
 }

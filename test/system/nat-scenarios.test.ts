@@ -14,6 +14,9 @@
  * The tests run in order on one world; each leaves it working for the next.
  */
 import { after, before, describe, test } from 'node:test';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { addNatNode, buildNatWorld, CAFE, HOME_PUBLIC, LATE_OFFICE_NODE, OFFICE_PUBLIC, randomisePorts } from '../../lab/nat-topology.ts';
 import type { Pod, World, WorldNode } from '../../lab/world.ts';
@@ -83,10 +86,15 @@ async function assertAllReach(what: string, timeoutMs = 60_000): Promise<void> {
     .catch(async () => assert.fail(`${what}: unreachable pairs:\n  ${failures.join('\n  ')}\n${await diagnostics()}`));
 }
 
-/** Every node's view of its peers and the tail of its agent's log, for failure messages. */
+/**
+ * Every node's view of its peers and the tail of its agent's log, for failure messages; the whole
+ * logs (DEBUG lines too: every pass) go to files named in the message.
+ */
 async function diagnostics(): Promise<string> {
-  const out: string[] = [];
+  const dir = mkdtempSync(join(tmpdir(), 'roamguard-nat-logs-'));
+  const out: string[] = [`agents' logs: ${dir}`];
   for (const node of world.nodes) {
+    writeFileSync(join(dir, `${node.name}.log`), node.agent?.stderr ?? '');
     const peers = await world.wgPeers(node).catch(() => new Map());
     out.push(`--- ${node.name}: ${[...peers].map(([k, p]) => `${world.nodeByKey(k)?.name ?? k.slice(0, 8)}@${p.endpoint} hs=${p.latestHandshake ? Math.round(Date.now() / 1000 - p.latestHandshake) + 's' : 'never'}`).join(', ')}`);
     out.push(...(node.agent?.stderr ?? '').trim().split('\n').filter((l) => !/DEBUG/.test(l)).slice(-8));

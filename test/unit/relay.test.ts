@@ -16,8 +16,8 @@ import { keepLiveEndpoints } from '../../control/agent/observed-endpoints.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
 import {
-  allocateRelayPorts, chooseRelay, decideRelays, isPublicPeer, isPublicSelf, livePeers, relayAssignments, relayCandidates,
-  type LivenessMemory, type RelayClientInput, type RelayClientMemory,
+  allocateRelayPorts, chooseRelay, decideRelays, isPublicPeer, isPublicSelf, livenessWindow, livePeers, PROBED_SILENCE_MS, RELAY_PROBE_INTERVAL_MS,
+  relayAssignments, relayCandidates, relaysToProbe, updateProbing, type LivenessMemory, type ProbingMemory, type RelayClientInput, type RelayClientMemory,
 } from '../../control/mesh/relay.ts';
 
 const newKey = () => keyToBase64(randomBytes(32));
@@ -249,16 +249,79 @@ describe('relay needed, relayed, and back to direct', () => {
     const peers = (rxC1: number, rxC2: number) => [
       { key: k.c1, rxBytes: rxC1, lastHandshakeWallMs: now - 1000 }, { key: k.c2, rxBytes: rxC2, lastHandshakeWallMs: now - 1000 },
     ];
-    assert.deepEqual([...livePeers(peers(10, 10), memory, now, 15_000)].sort(), [k.c1, k.c2].sort());
-    for (let i = 0; i < 4; i++) { now += 5000; livePeers(peers(10, 10 + i + 1), memory, now, 15_000); }
-    assert.deepEqual([...livePeers(peers(10, 20), memory, now, 15_000)], [k.c2], 'c1 sent nothing for 20 s');
+    assert.deepEqual([...livePeers(peers(10, 10), memory, now, () => 15_000)].sort(), [k.c1, k.c2].sort());
+    for (let i = 0; i < 4; i++) { now += 5000; livePeers(peers(10, 10 + i + 1), memory, now, () => 15_000); }
+    assert.deepEqual([...livePeers(peers(10, 20), memory, now, () => 15_000)], [k.c2], 'c1 sent nothing for 20 s');
     const fresh: LivenessMemory = new Map();
-    assert.deepEqual([...livePeers([{ key: k.r1, rxBytes: 0, lastHandshakeWallMs: 0 }], fresh, now, 15_000)], [], 'never heard from: not live');
+    assert.deepEqual([...livePeers([{ key: k.r1, rxBytes: 0, lastHandshakeWallMs: 0 }], fresh, now, () => 15_000)], [], 'never heard from: not live');
 
     const id = relayPairId(k.r1, k.r2);
     const via = chooseRelay(id, ['c1', 'c2'], ['c1', 'c2'])!;
     const survivor = via === 'c1' ? 'c2' : 'c1';
     assert.equal(chooseRelay(id, [survivor], [survivor]), survivor, 'the lists without the dead relay pick the survivor');
+  });
+});
+
+describe('probing the relays while a pair needs one', () => {
+  /**
+   * At the default keepalive (25 s) the keepalive window is 55 s. A relay that dies while probed
+   * must drop out within PROBED_SILENCE_MS + a look; a live one answering every probe never may,
+   * nor may one whose last word was a keepalive 20 s before probing began.
+   */
+  const keepaliveWindowMs = (2 * 25 + 5) * 1000;
+  const LOOK_MS = 5000; // the agent reads the data plane every 5 s
+
+  test('only relay-offering public peers are probed, and only while a peer is in relay mode', () => {
+    const c1 = newKey(), h1 = newKey();
+    const peers = new Map<string, DesiredPeer>([
+      [c1, { nodeName: 'c1', endpoint: '203.0.113.1:51820', endpointSource: 'published' } as DesiredPeer],
+      [h1, { nodeName: 'h1', endpoint: '198.51.100.20:40000', endpointSource: 'discovered', natPublicAddress: '198.51.100.20' } as DesiredPeer],
+    ]);
+    assert.deepEqual(relaysToProbe(peers, new Set(['c1', 'h1']), 0), [], 'no peer in relay mode: nothing probed');
+    assert.deepEqual(relaysToProbe(peers, new Set(['c1', 'h1']), 1), [c1], 'a node behind NAT is never a relay');
+    assert.deepEqual(relaysToProbe(peers, new Set(), 1), [], 'a public node that does not offer is not probed');
+  });
+
+  for (const [what, answers] of [['answers every probe', true], ['dies', false]] as const) {
+    test(`a probed relay that ${what}`, () => {
+      const memory: LivenessMemory = new Map();
+      const probing: ProbingMemory = new Map();
+      const relay = newKey();
+      let now = 1_000_000;
+      let rx = 1000;
+      // Its last keepalive came 20 s before probing started.
+      livePeers([{ key: relay, rxBytes: rx, lastHandshakeWallMs: now }], memory, now, () => keepaliveWindowMs);
+      now += 20_000;
+      updateProbing(probing, [relay], now);
+      const deadAt = now;
+      let droppedAt: number | undefined;
+      for (let t = 0; t < 60_000; t += LOOK_MS) {
+        now = deadAt + t;
+        updateProbing(probing, [relay], now);
+        if (answers) rx += 64 * Math.floor(LOOK_MS / RELAY_PROBE_INTERVAL_MS);
+        const live = livePeers([{ key: relay, rxBytes: rx, lastHandshakeWallMs: now - 30_000 }], memory, now, (k) => livenessWindow(k, probing, now, keepaliveWindowMs));
+        if (!live.has(relay) && droppedAt === undefined) droppedAt = now;
+      }
+      if (answers) {
+        assert.equal(droppedAt, undefined, 'a relay answering its probes stays a candidate');
+      } else {
+        // Dead from the moment probing began (its last word 20 s before): the short window
+        // applies once probing has run PROBED_SILENCE_MS, so it drops at the first look after.
+        assert.ok(droppedAt !== undefined, 'a silent relay drops out');
+        assert.ok(droppedAt - deadAt <= PROBED_SILENCE_MS + LOOK_MS, `dropped ${droppedAt - deadAt} ms after it died`);
+        assert.ok(droppedAt - deadAt >= PROBED_SILENCE_MS, 'not before probing had a fair chance');
+      }
+    });
+  }
+
+  test('probing ended: the keepalive window applies again', () => {
+    const probing: ProbingMemory = new Map();
+    updateProbing(probing, ['a'], 0);
+    assert.equal(livenessWindow('a', probing, PROBED_SILENCE_MS, 55_000), PROBED_SILENCE_MS);
+    updateProbing(probing, [], PROBED_SILENCE_MS + 1);
+    assert.equal(livenessWindow('a', probing, PROBED_SILENCE_MS + 1, 55_000), 55_000);
+    updateProbing(probing, ['a'], 100_000);
+    assert.equal(livenessWindow('a', probing, 100_000 + PROBED_SILENCE_MS - 1, 55_000), 55_000, 'probing again starts the clock again');
   });
 });
 
