@@ -23,7 +23,7 @@ import {
 } from '../mesh/relay.ts';
 import { probeAddress } from './path-mtu.ts';
 import { RelayProber } from './relay-probe.ts';
-import { RelayForwarder } from '../relay/forwarder.ts';
+import { RelayForwarderThread } from '../relay/forwarder-thread.ts';
 import type { PairCounters } from '../relay/forward-core.ts';
 import type { AnnotationPatch } from './own-annotations.ts';
 
@@ -59,7 +59,7 @@ export class AgentRelays {
   /** Relay candidates probed now, and since when. */
   private readonly probing: ProbingMemory = new Map();
   readonly prober: RelayProber;
-  private forwarder: RelayForwarder | undefined;
+  private forwarder: RelayForwarderThread | undefined;
   private publishedRequests: string | null | undefined;
   private publishedAllocations: string | null | undefined;
   private refusedLogged = '';
@@ -194,7 +194,12 @@ export class AgentRelays {
       this.allocations = new Map();
       return;
     }
-    this.forwarder ??= new RelayForwarder({
+    if (this.forwarder && !this.forwarder.alive) {
+      // Its sockets went with it; a new thread binds the pairs' ports again (they keep them).
+      this.log.warn('the relay forwarding thread died; starting a new one', { pairs: this.allocations.size });
+      this.closeForwarder();
+    }
+    this.forwarder ??= new RelayForwarderThread({
       bytesPerSecond: s.relayPairMbit * 125_000,
       onError: (port, err) => this.log.warn('a relay port cannot be used; the next free one is taken instead', { port, error: err.message }),
     });

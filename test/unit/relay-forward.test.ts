@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import dgram from 'node:dgram';
 import { looksLikeWireGuard, RelayForwardCore, type PairConfig } from '../../control/relay/forward-core.ts';
 import { RelayForwarder } from '../../control/relay/forwarder.ts';
+import { RelayForwarderThread } from '../../control/relay/forwarder-thread.ts';
 
 const A = '198.51.100.30', B = '198.51.100.40';
 const pair: PairConfig = { id: 'a,b', ports: [51900, 51901], allowedSources: [new Set([A]), new Set([B])] };
@@ -85,8 +86,11 @@ describe('relay forwarding core', () => {
 });
 
 describe('relay forwarder sockets', () => {
-  test('forwards real datagrams between two members on loopback, byte for byte', async () => {
-    const forwarder = new RelayForwarder({ bytesPerSecond: 0, bindAddress: '127.0.0.1' });
+  for (const [where, start] of [
+    ['in the caller\'s thread', () => new RelayForwarder({ bytesPerSecond: 0, bindAddress: '127.0.0.1' })],
+    ['in a thread of its own (as the agent runs it)', () => new RelayForwarderThread({ bytesPerSecond: 0, bindAddress: '127.0.0.1', countersIntervalMs: 50 })],
+  ] as const) test(`forwards real datagrams between two members on loopback, byte for byte, ${where}`, async () => {
+    const forwarder = start();
     const members = [dgram.createSocket('udp4'), dgram.createSocket('udp4')];
     try {
       await Promise.all(members.map((s) => new Promise<void>((r) => s.bind(0, '127.0.0.1', () => r()))));
@@ -108,12 +112,38 @@ describe('relay forwarder sockets', () => {
       const toB = got(members[1]);
       members[0].send(payload, portA, '127.0.0.1');
       assert.deepEqual((await toB).msg, payload);
-      const c = forwarder.counters().get('a,b')!;
+      let c = forwarder.counters().get('a,b');
+      // The thread reports its counters every 50 ms here.
+      for (let i = 0; i < 40 && c?.datagrams[1] !== 1; i++) { await new Promise((r) => setTimeout(r, 25)); c = forwarder.counters().get('a,b'); }
+      assert.ok(c);
       assert.deepEqual(c.datagrams, [1, 1]);
       assert.equal(c.dropped['other-side-unknown'], 1);
     } finally {
       forwarder.close();
       for (const s of members) s.close();
     }
+  });
+});
+
+describe('relay forwarding thread', () => {
+  test('a port another socket holds is reported unusable and the pair is not ready; close ends the thread and later calls reject', async () => {
+    const squatter = dgram.createSocket('udp4');
+    await new Promise<void>((r) => squatter.bind(0, '127.0.0.1', () => r()));
+    const taken = squatter.address().port;
+    const errors: number[] = [];
+    const forwarder = new RelayForwarderThread({ bytesPerSecond: 0, bindAddress: '127.0.0.1', onError: (port) => errors.push(port) });
+    try {
+      const ready = await forwarder.setPairs([{ id: 'a,b', ports: [taken, taken + 1], allowedSources: [new Set(['127.0.0.1']), new Set(['127.0.0.1'])] }]);
+      assert.deepEqual(ready, []);
+      assert.ok(forwarder.unusable.has(taken), 'the taken port is marked unusable');
+      for (let i = 0; i < 40 && errors.length === 0; i++) await new Promise((r) => setTimeout(r, 25));
+      assert.deepEqual(errors, [taken]);
+      assert.equal(forwarder.alive, true);
+    } finally {
+      forwarder.close();
+      squatter.close();
+    }
+    assert.equal(forwarder.alive, false);
+    await assert.rejects(forwarder.setPairs([]), /closed/);
   });
 });
