@@ -26,7 +26,7 @@ import type { Liveness, StallReport } from '../../dataplane/watchdog.ts';
 import { AF_INET, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOCKADDR_IN_SIZE, loadLibc } from '../../dataplane/sys/libc.ts';
 
 const SOAK = process.env.ROAMGUARD_SOAK === '1';
-const ITEMS = SOAK ? 6_000_000 : 600_000;
+const ITEMS = SOAK ? 6_000_000 : 300_000;
 /** Items sent and not yet seen at most: well inside a loopback socket's default receive buffer. */
 const WINDOW = 96;
 const STALL_BOUND_MS = 3000;
