@@ -24,12 +24,6 @@ import { Scope, waitFor } from './netns.ts';
 import { iperf3, longestGap, ping, requireDaemonPrerequisites, startContinuousPing } from './userspace-wg.ts';
 
 const KEEPALIVE_S = 5;
-/**
- * The relay scenarios (issue 15) pass on the relay branch and in 1 of 4 runs on the merged main:
- * waiting for the relayed pair h2 ↔ k1 times out. Until that is found they run only with
- * ROAMGUARD_RELAY_SUITE=1 (the hard-nat demo test and the relay unit tests stay in the default run).
- */
-const RELAY_SUITE = { skip: process.env.ROAMGUARD_RELAY_SUITE === '1' ? false : 'relay scenarios: flaky on main, run with ROAMGUARD_RELAY_SUITE=1 (issue 15)' };
 
 const scope = new Scope();
 let world: World;
@@ -185,7 +179,7 @@ describe('NAT scenarios', { timeout: 900_000 }, () => {
     return last;
   }
 
-  test('nodes behind port-randomising NATs reach every pod through a relay; the relay forwards opaque datagrams and its tunnel never sees them', RELAY_SUITE, async () => {
+  test('nodes behind port-randomising NATs reach every pod through a relay; the relay forwards opaque datagrams and its tunnel never sees them', async () => {
     await randomisePorts(world, world.routers.get('home')!);
     const cafe = await world.addRouter('cafe', { segment: 'internet', index: 30 }, CAFE);
     await randomisePorts(world, cafe);
@@ -242,7 +236,7 @@ table inet relaywatch {
     await relay.ns.exec('nft', ['delete', 'table', 'inet', 'relaywatch']);
   });
 
-  test('relayed and direct throughput, same run (iperf3 between pods)', RELAY_SUITE, async (t) => {
+  test('relayed and direct throughput, same run (iperf3 between pods)', async (t) => {
     const relayed = await iperf3(scope, pods.get('h2')!.ns, pods.get('o1')!.ns, pods.get('h2')!.ipv4, { seconds: 5 });
     const direct = await iperf3(scope, pods.get('c2')!.ns, pods.get('o1')!.ns, pods.get('c2')!.ipv4, { seconds: 5 });
     const mbit = (b: number) => (b / 1e6).toFixed(0);
@@ -250,7 +244,7 @@ table inet relaywatch {
     assert.ok(relayed.receivedBitsPerSecond > 0 && direct.receivedBitsPerSecond > 0);
   });
 
-  test('the relay\'s agent and data plane die: its pairs move to the other relay within 30 s', RELAY_SUITE, async (t) => {
+  test('the relay\'s agent and data plane die: its pairs move to the other relay within 30 s', async (t) => {
     const [o1, h2] = [world.node('o1'), world.node('h2')];
     let relay: WorldNode | undefined;
     await waitFor(async () => (relay = await relayOf(o1, h2)) !== undefined, 30_000, { description: 'o1 ↔ h2 on a relay' });
@@ -276,7 +270,7 @@ table inet relaywatch {
     await assertAllReach('after the relay came back', 90_000);
   });
 
-  test('the home NAT keeps ports again: the office ↔ home pairs go direct within 30 s, the café stays relayed', RELAY_SUITE, async (t) => {
+  test('the home NAT keeps ports again: the office ↔ home pairs go direct within 30 s, the café stays relayed', async (t) => {
     const [o1, h2, k1] = [world.node('o1'), world.node('h2'), world.node('k1')];
     const home = world.routers.get('home')!;
     const changedAt = Date.now();
