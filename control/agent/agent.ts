@@ -652,9 +652,12 @@ export class Agent implements AgentStatusSource {
       let model = plan.request ? applySetToSnapshot(snapshot, plan.request) : snapshot;
       // A peer given an endpoint the cluster states (forced, published, LAN) gets a packet there
       // now: it then answers on the new path, instead of its next keepalive on the old one roaming
-      // us back before we ever used it. Observed and relay endpoints are left to their own timing
-      // (the relay logic judges a direct trial by what arrives).
-      const stated = new Set<string | undefined>(['forced', 'published', 'lan']);
+      // us back before we ever used it. So does a peer given a relay's port: the relay learns
+      // each member's NAT mapping from its first datagram, and forwards nothing to a member it
+      // has not heard from (an idle pair would wait up to a keepalive, 25 s by default, after a
+      // relay was replaced). Observed endpoints, and the direct trials of relayed pairs, are left
+      // to their own timing (the relay logic judges a trial by what arrives).
+      const stated = new Set<string | undefined>(['forced', 'published', 'lan', 'relay']);
       const moved = plan.actions.flatMap((a) => (a.kind === 'update' && a.endpoint !== undefined && stated.has(a.peer.endpointSource) ? [{ publicKey: a.peer.publicKeyBytes, persistentKeepalive: a.peer.persistentKeepalive }] : []));
       const kick = kickRequest(moved);
       if (kick) {
