@@ -56,14 +56,28 @@ export interface BackoffOptions {
 export interface NodeWatcherOptions {
   labelSelector?: string;
   backoff?: BackoffOptions;
-  /** A list that takes longer is aborted and counts as an error (default 60000 ms). */
+  /**
+   * A list that takes longer is aborted and counts as an error (default 60000 ms). The first list
+   * gets FIRST_LIST_TIMEOUT_MS (or this, if smaller), and each list after one that timed out twice
+   * as long, up to this: a list that got no answer is retried in seconds, and a cluster whose lists
+   * are just slow still gets the time it needs.
+   */
   listTimeoutMs?: number;
+  /** The first list's timeout (default FIRST_LIST_TIMEOUT_MS); for tests. */
+  firstListTimeoutMs?: number;
   /** Server-side watch timeout; default a random 300–599 s per watch, so agents spread out. */
   watchTimeoutSeconds?: number;
   onChange?: NodeChangeListener;
   onState?: (state: NodeWatcherState, error?: Error) => void;
   log?: AgentLogger;
 }
+
+/**
+ * How long the first list may take. A list that got no answer at all (seen in the lab: the request
+ * reached the API server, no answer came back, the cause is not established) then costs seconds
+ * instead of the full list timeout; a list of 5 000 Nodes takes 1-3 s here.
+ */
+export const FIRST_LIST_TIMEOUT_MS = 10_000;
 
 /** Thrown into the informer for lists of a run that has been stopped; never reported. */
 class StaleRunError extends Error {
@@ -209,6 +223,9 @@ export class NodeWatcher {
   #retryTimer: NodeJS.Timeout | undefined;
   #listedRun: number | undefined;
   readonly #listAborts = new Set<AbortController>();
+  /** The timeout of the next list: grows after lists that timed out, back to the first after one that did not. */
+  #nextListTimeoutMs = 0;
+  readonly #firstListTimeout: number;
   readonly #openWatches = new Set<OpenWatch>();
   readonly #syncWaiters = new Set<{ resolve: () => void; reject: (err: Error) => void; timer?: NodeJS.Timeout }>();
 
@@ -232,6 +249,9 @@ export class NodeWatcher {
     }
     this.#labelSelector = labelSelector || undefined;
     this.#listTimeoutMs = listTimeoutMs;
+    this.#firstListTimeout = options.firstListTimeoutMs ?? FIRST_LIST_TIMEOUT_MS;
+    if (!(this.#firstListTimeout > 0)) throw new RangeError(`NodeWatcher: firstListTimeoutMs must be > 0, got ${this.#firstListTimeout}`);
+    this.#nextListTimeoutMs = this.#firstListTimeoutMs();
     this.#watchTimeoutSeconds = watchTimeoutSeconds;
     this.#log = options.log;
     this.#onState = options.onState;
@@ -332,21 +352,30 @@ export class NodeWatcher {
     });
   }
 
+  #firstListTimeoutMs(): number {
+    return Math.min(this.#firstListTimeout, this.#listTimeoutMs);
+  }
+
   async #list(): Promise<V1NodeList> {
     const run = this.#run;
     const abort = new AbortController();
     this.#listAborts.add(abort);
-    const timer = setTimeout(() => abort.abort(), this.#listTimeoutMs);
+    const timeoutMs = this.#nextListTimeoutMs;
+    const timer = setTimeout(() => abort.abort(), timeoutMs);
     try {
       const param = this.#labelSelector ? { labelSelector: this.#labelSelector } : {};
       const list = await this.#core.listNode(param, withSignal(abort.signal));
       if (!this.#running || run !== this.#run) throw new StaleRunError();
       for (const node of list.items) stripManagedFields(node);
       this.#listedRun = run;
+      this.#nextListTimeoutMs = this.#firstListTimeoutMs();
       return list;
     } catch (err) {
       if (!this.#running || run !== this.#run) throw new StaleRunError();
-      if (abort.signal.aborted) throw new Error(`listing Nodes timed out after ${this.#listTimeoutMs} ms`);
+      if (abort.signal.aborted) {
+        this.#nextListTimeoutMs = Math.min(this.#listTimeoutMs, 2 * timeoutMs);
+        throw new Error(`listing Nodes timed out after ${timeoutMs} ms`);
+      }
       throw err;
     } finally {
       clearTimeout(timer);

@@ -285,6 +285,21 @@ describe('NodeWatcher', () => {
     assert.equal(watcher.state, 'stopped');
   });
 
+  test('a list that gets no answer is retried soon: the first timeout is short, each next one twice as long up to listTimeoutMs', async () => {
+    const { server, watcher } = await harness({ firstListTimeoutMs: 100, listTimeoutMs: 400, backoff: FAST }, (s) => { s.createNode(node('slow')); s.setLatency(300); });
+    const errors: string[] = [];
+    const seen = setInterval(() => { const m = watcher.lastError?.message; if (m && errors.at(-1) !== m) errors.push(m); }, 5);
+    try {
+      await watcher.start();
+      await waitFor('synced once a list may take 400 ms', () => watcher.state === 'synced');
+    } finally {
+      clearInterval(seen);
+    }
+    assert.deepEqual(errors.filter((e) => /timed out/.test(e)), ['listing Nodes timed out after 100 ms', 'listing Nodes timed out after 200 ms']);
+    assert.equal(server.requests.filter((r) => !r.watch).length, 3, 'three lists: 100, 200 and 400 ms allowed');
+    await watcher.stop();
+  });
+
   test('a hung list is abandoned after listTimeoutMs, and stop() abandons one at once', async () => {
     const { server, watcher } = await harness({ listTimeoutMs: 100 }, (s) => { s.createNode(node('slow')); s.setLatency(2000); });
     const started = Date.now();
