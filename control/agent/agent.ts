@@ -19,7 +19,7 @@ import type { Settings } from '../config/settings.ts';
 import { loadOrCreatePrivateKey } from '../identity/private-key.ts';
 import type { AgentLogger } from '../log.ts';
 import { ANNOTATION, formatDiscoveredEndpoints, type NodeObject } from '../mesh/annotations.ts';
-import { desiredMesh, sortAddresses, specPodCidrs, type MeshState } from '../mesh/desired-peers.ts';
+import { desiredMesh, keepUnchangedPeers, sortAddresses, specPodCidrs, type DesiredPeer, type MeshState } from '../mesh/desired-peers.ts';
 import { parseAllowedRanges, podCidrRefusal } from '../mesh/claims.ts';
 import { parsePrefix } from '../../dataplane/net/ip.ts';
 import { newReconcileMemory, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
@@ -174,6 +174,10 @@ export class Agent implements AgentStatusSource {
    * what a pass for a Node change plans against.
    */
   private deviceModel: DeviceSnapshot | undefined;
+  /** The device as setUpTunnel read it, when it set nothing after (taken by the pass that follows). */
+  private tunnelRead: DeviceSnapshot | undefined;
+  /** The desired peers of the last pass, before relays (objects kept while unchanged: keepUnchangedPeers). */
+  private previousDesired: Map<string, DesiredPeer> | undefined;
 
   constructor(private readonly deps: AgentDeps) {
     this.settings = deps.settings;
@@ -310,9 +314,12 @@ export class Agent implements AgentStatusSource {
     if (status === 'started') this.log.info('started the data plane', { interface: s.interfaceName, dataplane: s.dataplane });
     const device = await this.uapi!.get();
     const keyMatches = device.privateKey !== undefined && keyToBase64(device.privateKey) === keyToBase64(this.privateKey!);
+    this.tunnelRead = undefined;
     if (!keyMatches || device.listenPort !== s.listenPort) {
       // Only when different: re-setting the key would expire every session.
       await this.uapi!.set({ privateKey: keyMatches ? undefined : this.privateKey, listenPort: s.listenPort, replacePeers: false, peers: [] });
+    } else {
+      this.tunnelRead = device;
     }
     this.canRemoveAllowedIp ??= await this.uapi!.supportsAllowedIpRemoval();
     const families = splitCidrsByFamily(this.local.podCidrs);
@@ -602,6 +609,8 @@ export class Agent implements AgentStatusSource {
       wgIpFamily: s.wgIpFamily, nativeRouting: s.nativeRouting, defaultListenPort: s.listenPort, persistentKeepalive: s.persistentKeepalive,
       podCidrAllowedRanges: s.podCidrAllowedRanges, workingAtOwnAddress: this.workingHere,
     });
+    keepUnchangedPeers(mesh.peers, this.previousDesired);
+    this.previousDesired = mesh.peers;
     this.lastMesh = mesh;
     t = this.step('mesh', t);
     const refused = newOnes(this.refusedLogged, (mesh.refused ?? []).map((r) => ({ id: `${r.node}\n${r.field}\n${r.claim}`, item: r })));
@@ -618,7 +627,11 @@ export class Agent implements AgentStatusSource {
       if (fromModel) {
         snapshot = this.deviceModel!;
       } else {
-        const device = await this.uapi!.get().catch((err: Error) => {
+        // A full pass has just read the device in setUpTunnel (a get=1 is 2 MB at 5 000 peers):
+        // that read serves, unless something was set since.
+        const tunnelRead = full ? this.tunnelRead : undefined;
+        this.tunnelRead = undefined;
+        const device = tunnelRead ?? await this.uapi!.get().catch((err: Error) => {
           this.log.warn('the data plane does not answer; starting it again', { interface: s.interfaceName, error: err.message });
           return undefined;
         });

@@ -105,8 +105,12 @@ function comparePrefixes(a: Prefix, b: Prefix): number {
   return a.bits - b.bits;
 }
 
-/** Texts parsed by sortAddresses (the same ones every pass); bounded, dropped whole when full. */
+/**
+ * Texts parsed before (the same 20 000 addresses and prefixes come by every pass at 5 000 Nodes);
+ * bounded, dropped whole when full. What they return is shared: never modify it.
+ */
 const parsedTexts = new Map<string, Prefix>();
+const parsedAddresses = new Map<string, Uint8Array>();
 
 function parsedText(text: string): Prefix {
   let prefix = parsedTexts.get(text);
@@ -118,7 +122,35 @@ function parsedText(text: string): Prefix {
   return prefix;
 }
 
+function parsedAddress(text: string): Uint8Array {
+  let address = parsedAddresses.get(text);
+  if (address === undefined) {
+    address = parseIp(text);
+    if (parsedAddresses.size >= 100_000) parsedAddresses.clear();
+    parsedAddresses.set(text, address);
+  }
+  return address;
+}
+
+/** Short lists sorted before (a node's addresses and allowed IPs, the same every pass): joined text → sorted. */
+const sortedShortLists = new Map<string, readonly string[]>();
+const SHORT_LIST = 16;
+
+/** Canonical order, duplicates dropped. Do not modify the result: short lists are shared between calls. */
 export function sortAddresses(list: Iterable<string>): string[] {
+  const texts = Array.isArray(list) ? list as string[] : [...list];
+  if (texts.length > SHORT_LIST) return sortTexts(texts);
+  const key = texts.join(' ');
+  let sorted = sortedShortLists.get(key);
+  if (sorted === undefined) {
+    sorted = sortTexts(texts);
+    if (sortedShortLists.size >= 100_000) sortedShortLists.clear();
+    sortedShortLists.set(key, sorted);
+  }
+  return sorted as string[];
+}
+
+function sortTexts(list: readonly string[]): string[] {
   // Each text parsed once (not once per comparison, and not again next pass): the cluster's pod
   // CIDRs are 10 000 texts at 5 000 Nodes.
   return [...new Set(list)]
@@ -180,6 +212,8 @@ function statusAddresses(node: NodeObject): string[] {
 /** What desiredMesh reads from one Node object, parsed. Shared between passes: never modified. */
 interface NodeFacts {
   resourceVersion: string;
+  /** creationTimestamp in ms (claims are resolved oldest first). */
+  created: number;
   annotations: AnnotationResult;
   statusAddresses: string[];
   specPodCidrs: Prefix[];
@@ -199,6 +233,7 @@ function nodeFacts(node: NodeObject): NodeFacts {
   if (cached && cached.resourceVersion === resourceVersion) return cached;
   const facts: NodeFacts = {
     resourceVersion: resourceVersion ?? '',
+    created: creationOrder(node),
     annotations: parseNodeAnnotations(node),
     statusAddresses: statusAddresses(node),
     specPodCidrs: specPodCidrs(node),
@@ -213,9 +248,11 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
   const rejected: Rejection[] = [];
   const refused: RefusedClaim[] = [];
   const waiting: string[] = [];
-  const ordered = [...nodes]
+  const ordered = nodes
     .filter((n) => typeof n.metadata?.name === 'string' && n.metadata.name !== self.nodeName)
-    .sort((a, b) => creationOrder(a) - creationOrder(b) || (a.metadata!.name! < b.metadata!.name! ? -1 : 1));
+    .map((node) => ({ node, created: nodeFacts(node).created }))
+    .sort((a, b) => a.created - b.created || (a.node.metadata!.name! < b.node.metadata!.name! ? -1 : 1))
+    .map((entry) => entry.node);
   const allowed = parseAllowedRanges(options.podCidrAllowedRanges ?? []);
 
   const keyOwner = new Map<string, string>([[self.publicKey, self.nodeName]]);
@@ -228,8 +265,8 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
   // Addresses the kubelet reports (and ours): no pod CIDR claim may cover one.
   const knownAddresses = new PrefixIndex<{ address: Uint8Array; node: string }>();
   for (const entry of [
-    ...[...ownAddresses].map((a) => ({ address: parseIp(a), node: self.nodeName })),
-    ...ordered.flatMap((n) => nodeFacts(n).statusAddresses.map((a) => ({ address: parseIp(a), node: n.metadata!.name! }))),
+    ...[...ownAddresses].map((a) => ({ address: parsedAddress(a), node: self.nodeName })),
+    ...ordered.flatMap((n) => nodeFacts(n).statusAddresses.map((a) => ({ address: parsedAddress(a), node: n.metadata!.name! }))),
   ]) knownAddresses.add({ address: entry.address, bits: entry.address.length * 8 }, entry);
 
   interface Candidate {
@@ -257,7 +294,7 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
     const spec = nodeFacts(node).specPodCidrs;
     const podCidrs: string[] = [];
     for (const claim of a.podCidrs) {
-      const prefix = parsePrefix(claim);
+      const prefix = parsedText(claim);
       const reason = podCidrRefusal(prefix, { spec, allowed, nodeAddresses: knownAddresses, held: heldClaims });
       if (reason !== undefined) {
         refused.push({ node: name, field: ANNOTATION.podCidrs, claim, reason: `${claim} ${reason}` });
@@ -277,7 +314,7 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
     ...nodes.flatMap((n) => nodeFacts(n).specPodCidrs.map((prefix) => ({ prefix, node: n.metadata?.name ?? '?' }))),
   ]) everyPodCidr.add(entry.prefix, entry);
   const checkAddresses = (name: string, field: string, list: readonly string[]): string[] => list.filter((ip) => {
-    const reason = nodeIpRefusal(parseIp(ip), { podCidrs: everyPodCidr, allowed });
+    const reason = nodeIpRefusal(parsedAddress(ip), { podCidrs: everyPodCidr, allowed });
     if (reason !== undefined) refused.push({ node: name, field, claim: ip, reason: `${ip} ${reason}` });
     return reason === undefined;
   });
@@ -324,7 +361,7 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
     tunnelRoutes.push(...podCidrs);
     const hostRoutes = node.addresses
       .filter((ip) => addressCount.get(ip) === 1 && !ownAddresses.has(ip))
-      .map((ip) => `${ip}/${parseIp(ip).length * 8}`);
+      .map((ip) => `${ip}/${familyOfText(ip) === 4 ? 32 : 128}`);
     const nat = natView(node.publicKey, node.addresses);
     const mayOverride = observedMayOverride({ published: node.published, workingAtOwnAddress: options.workingAtOwnAddress?.has(node.publicKey) ?? false });
     const { endpoint, source } = chooseEndpoint({ forced: node.forced, published: node.published, nat: mayOverride ? nat : undefined, selfNat });
@@ -350,6 +387,34 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
     selfNatPublicAddress: selfNat?.address,
     selfNatEndpoint: selfNat?.endpoint,
   };
+}
+
+function sameList(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
+  if (a === b) return true;
+  if (a === undefined || b === undefined || a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** Whether two desired peers say the same in every field. */
+export function samePeer(a: DesiredPeer, b: DesiredPeer): boolean {
+  return a.publicKey === b.publicKey && a.nodeName === b.nodeName && a.endpoint === b.endpoint
+    && a.endpointSource === b.endpointSource && a.relayVia === b.relayVia && a.natPublicAddress === b.natPublicAddress
+    && a.persistentKeepalive === b.persistentKeepalive && sameList(a.allowedIps, b.allowedIps) && sameList(a.addresses, b.addresses);
+}
+
+/**
+ * `next` with every peer that says what it said in `previous` replaced by the previous object.
+ * The plan skips a peer whose desired object and data-plane entry are both the ones it already
+ * found in agreement (planReconcile), so at 5 000 peers a Node change plans the peers it touched.
+ */
+export function keepUnchangedPeers(next: Map<string, DesiredPeer>, previous: ReadonlyMap<string, DesiredPeer> | undefined): Map<string, DesiredPeer> {
+  if (!previous) return next;
+  for (const [key, peer] of next) {
+    const before = previous.get(key);
+    if (before !== undefined && before !== peer && samePeer(before, peer)) next.set(key, before);
+  }
+  return next;
 }
 
 /** A node seen behind NAT: its public address and the endpoint others see it at. */

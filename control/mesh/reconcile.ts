@@ -15,8 +15,8 @@
  */
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { formatPrefix, parsePrefix } from '../../dataplane/net/ip.ts';
-import { keyToBase64 } from '../../dataplane/noise/keys.ts';
-import type { DeviceSnapshot, PeerChange, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
+import { keyText } from './key-text.ts';
+import type { DeviceSnapshot, PeerChange, PeerSnapshot, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
 import type { DesiredPeer } from './desired-peers.ts';
 import { replacedPeerEndpoint } from './replaced-peer.ts';
 
@@ -27,10 +27,18 @@ export const RECENT_HANDSHAKE_MS = 180_000;
 export interface ReconcileMemory {
   /** Base64 key → the published endpoint last written to the data plane for that peer. */
   writtenEndpoint: Map<string, string | undefined>;
+  /**
+   * Base64 key → the desired peer and the data plane's entry the last plan found in agreement (no
+   * change needed). While both are the same objects, the peer's outcome is the same, and the
+   * plan skips it: the agent keeps unchanged desired peers (keepUnchangedPeers) and its model of
+   * the data plane keeps the entries no `set` touched (device-model.ts), so a Node change at
+   * 5 000 peers plans the few peers it changed. A fresh `get=1` has new entries: all are planned.
+   */
+  settled: Map<string, { want: DesiredPeer; current: PeerSnapshot }>;
 }
 
 export function newReconcileMemory(): ReconcileMemory {
-  return { writtenEndpoint: new Map() };
+  return { writtenEndpoint: new Map(), settled: new Map() };
 }
 
 export interface ReconcileOptions {
@@ -86,9 +94,12 @@ export function planReconcile(
   const seen = new Set<string>();
 
   for (const current of device.peers) {
-    const key = keyToBase64(current.publicKey);
+    const key = keyText(current.publicKey);
     seen.add(key);
     const want = desired.get(key);
+    const settled = memory.settled.get(key);
+    if (want !== undefined && settled !== undefined && settled.want === want && settled.current === current) continue;
+    memory.settled.delete(key);
     if (!want) {
       if (options.collectGarbage) {
         actions.push({ kind: 'remove', publicKey: key });
@@ -121,7 +132,10 @@ export function planReconcile(
     }
     const keepalive = current.persistentKeepalive !== want.persistentKeepalive ? want.persistentKeepalive : undefined;
 
-    if (added.length === 0 && removed.length === 0 && endpoint === undefined && keepalive === undefined) continue;
+    if (added.length === 0 && removed.length === 0 && endpoint === undefined && keepalive === undefined) {
+      memory.settled.set(key, { want, current });
+      continue;
+    }
     actions.push({ kind: 'update', peer: want, added, removed, endpoint, keepalive });
     const replace = removed.length > 0 && !options.canRemoveAllowedIp;
     if (removed.length > 0 && !replace) {
@@ -154,6 +168,7 @@ export function planReconcile(
     });
   }
   for (const key of [...memory.writtenEndpoint.keys()]) if (!desired.has(key)) memory.writtenEndpoint.delete(key);
+  for (const key of [...memory.settled.keys()]) if (!seen.has(key)) memory.settled.delete(key);
 
   const peers = [...removals, ...updates];
   return { actions, kept, request: peers.length > 0 ? { replacePeers: false, peers } : undefined };

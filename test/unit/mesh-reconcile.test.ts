@@ -14,7 +14,9 @@ import {
   formatSetRequest, parseSetRequest, type DeviceSnapshot, type PeerSnapshot, type SetRequest,
 } from '../../dataplane/uapi/uapi-protocol.ts';
 import { ANNOTATION, formatOwnAnnotations, parseNodeAnnotations, type NodeObject } from '../../control/mesh/annotations.ts';
-import { desiredMesh, type MeshOptions, type SelfView } from '../../control/mesh/desired-peers.ts';
+import { desiredMesh, keepUnchangedPeers, type DesiredPeer, type MeshOptions, type SelfView } from '../../control/mesh/desired-peers.ts';
+import { applySetToSnapshot } from '../../control/mesh/device-model.ts';
+import { prng } from '../helpers/prng.ts';
 import { newReconcileMemory, planReconcile, RECENT_HANDSHAKE_MS, type ReconcileMemory } from '../../control/mesh/reconcile.ts';
 
 const newKey = () => keyToBase64(randomBytes(32));
@@ -352,5 +354,69 @@ describe('mesh: reconcile against the data plane', () => {
     const { plan, mesh } = reconcile(device, [a, hostile], memory);
     assert.equal(plan.request, undefined);
     assert.equal(mesh.rejected.length, 1);
+  });
+});
+
+describe('planning a Node change against the model, skipping settled peers', () => {
+  test('never misses what a plan of every peer would change (random Node changes and fresh reads, 400 passes)', () => {
+    const random = prng(18);
+    const pick = <T>(list: readonly T[]) => list[Math.floor(random() * list.length)];
+    const specs = new Map<string, NodeSpec>();
+    let next = 0;
+    const addNode = () => {
+      const i = next++;
+      specs.set(`n${i}`, { name: `n${i}`, key: newKey(), podCidrs: [`10.245.${i % 250}.0/24`], internalIp: `198.51.100.${1 + (i % 200)}`, port: 51820, created: new Date(Date.UTC(2026, 0, 1) + i * 1000).toISOString() });
+    };
+    for (let i = 0; i < 30; i++) addNode();
+    const memory = newReconcileMemory();
+    let model: DeviceSnapshot = { listenPort: 51820, fwmark: 0, peers: [] };
+    let previous: Map<string, DesiredPeer> | undefined;
+    for (let pass = 0; pass < 400; pass++) {
+      for (let k = 0, n = Math.floor(random() * 4); k < n; k++) {
+        const names = [...specs.keys()];
+        const r = random();
+        const name = pick(names);
+        const spec = specs.get(name)!;
+        if (r < 0.15) addNode();
+        else if (r < 0.3 && names.length > 5) specs.delete(name);
+        else if (r < 0.5) specs.set(name, { ...spec, port: 51820 + Math.floor(random() * 3) });
+        else if (r < 0.6) specs.set(name, { ...spec, key: newKey() });
+        else if (r < 0.75) specs.set(name, { ...spec, internalIp: `198.51.100.${1 + Math.floor(random() * 250)}` });
+        else if (r < 0.9) specs.set(name, { ...spec, podCidrs: [`10.246.${Math.floor(random() * 250)}.0/24`] });
+        // else: a pass with nothing changed
+      }
+      // Unchanged Nodes keep their objects (as the informer's cache does).
+      const mesh = desiredMesh([...specs.values()].map(node), self, options);
+      const peers = keepUnchangedPeers(mesh.peers, previous);
+      previous = peers;
+      if (pass % 7 === 6 && model.peers.length > 0) {
+        // A fresh read (new objects for every entry), after someone took a prefix off one peer.
+        const victim = Math.floor(random() * model.peers.length);
+        model = { ...model, peers: model.peers.map((p, i) => ({ ...p, allowedIps: i === victim ? p.allowedIps.slice(1) : [...p.allowedIps] })) };
+      }
+      const now = Date.UTC(2026, 0, 2) + pass * 1000;
+      const plan = planReconcile(peers, model, memory, { collectGarbage: true, canRemoveAllowedIp: true, nowWallMs: now });
+      if (plan.request) model = applySetToSnapshot(model, plan.request);
+      // A plan of every peer (nothing skipped) finds nothing more to do.
+      const full: ReconcileMemory = { writtenEndpoint: new Map(memory.writtenEndpoint), settled: new Map() };
+      const again = planReconcile(peers, model, full, { collectGarbage: true, canRemoveAllowedIp: true, nowWallMs: now });
+      assert.deepEqual(again.actions.map((a) => `${a.kind} ${a.kind === 'remove' ? a.publicKey : a.peer.nodeName}`), [], `pass ${pass}`);
+      // And the model holds exactly the desired peers and prefixes.
+      assert.deepEqual(
+        model.peers.map((p) => `${keyToBase64(p.publicKey)} ${p.allowedIps.map(formatPrefix).sort().join(',')}`).sort(),
+        [...peers.values()].map((p) => `${p.publicKey} ${[...p.allowedIps].sort().join(',')}`).sort(),
+        `pass ${pass}`,
+      );
+    }
+    assert.ok(memory.settled.size > 0, 'settled peers should have been skipped');
+  });
+
+  test('keepUnchangedPeers keeps the previous object only when every field is the same', () => {
+    const a = desiredMesh([node({ name: 'a', key: newKey(), podCidrs: ['10.245.1.0/24'], internalIp: '198.51.100.1' })], self, options);
+    const same = desiredMesh([node({ name: 'a', key: [...a.peers.keys()][0], podCidrs: ['10.245.1.0/24'], internalIp: '198.51.100.1' })], self, options);
+    const moved = desiredMesh([node({ name: 'a', key: [...a.peers.keys()][0], podCidrs: ['10.245.1.0/24'], internalIp: '198.51.100.1', port: 51999 })], self, options);
+    const key = [...a.peers.keys()][0];
+    assert.equal(keepUnchangedPeers(same.peers, a.peers).get(key), a.peers.get(key));
+    assert.notEqual(keepUnchangedPeers(moved.peers, a.peers).get(key), a.peers.get(key));
   });
 });
