@@ -20,6 +20,8 @@ requests per minute, and whether the final peer set equals what the Nodes say.
   --steady-seconds S (default ${AGENT_SCALE_DEFAULTS.steadySeconds})
   --nat-every K      every K-th simulated node is behind NAT; 0 = none (default ${AGENT_SCALE_DEFAULTS.natEvery})
   --seed X           seed of the churn's choices (default 18)
+  --resync-seconds S the agent's RESYNC_INTERVAL (default ${AGENT_SCALE_DEFAULTS.resyncIntervalS}; the product's default is 60)
+  --agent-log FILE   write the agent's whole log to FILE (with several --nodes, FILE.<N>)
   --out DIR          also save the raw figures as DIR/<date>-agent-scale.json and the table as .md`;
 
 export interface AgentScaleOptions {
@@ -31,6 +33,7 @@ export function parseAgentScaleArgs(args: readonly string[]): AgentScaleOptions 
   let nodes = [1000, 5000];
   const base: Omit<AgentScaleSettings, 'nodes'> = { ...AGENT_SCALE_DEFAULTS, seed: 18 };
   let outDir: string | undefined;
+  let agentLog: string | undefined;
   const number = (text: string | undefined, name: string, min: number, max: number): number => {
     const n = Number(text);
     if (text === undefined || !Number.isFinite(n) || n < min || n > max) throw new Error(`${name} needs a number from ${min} to ${max}, got ${JSON.stringify(text)}`);
@@ -53,9 +56,12 @@ export function parseAgentScaleArgs(args: readonly string[]): AgentScaleOptions 
       case '--steady-seconds': base.steadySeconds = number(take(), name, 1, 3600); break;
       case '--nat-every': base.natEvery = Math.round(number(take(), name, 0, 1000)); break;
       case '--seed': base.seed = Math.round(number(take(), name, 0, 2 ** 31)); break;
+      case '--resync-seconds': base.resyncIntervalS = Math.round(number(take(), name, 1, 86400)); break;
+      case '--agent-log': agentLog = take(); if (!agentLog) throw new Error('--agent-log needs a file'); break;
       case '--out': outDir = take(); if (!outDir) throw new Error('--out needs a directory'); break;
       default: throw new Error(`unknown argument ${arg} with --agent-scale (see roamguard bench --help)`);
     }
   }
-  return { runs: nodes.map((n) => ({ ...base, nodes: n })), outDir };
+  const logFor = (n: number) => (agentLog === undefined ? undefined : nodes.length > 1 ? `${agentLog}.${n}` : agentLog);
+  return { runs: nodes.map((n) => ({ ...base, nodes: n, agentLog: logFor(n) })), outDir };
 }

@@ -15,6 +15,7 @@
  * Timings are resolved to one poll (`pollIntervalMs` plus one `get=1`); a change counts as
  * landed when the `get=1` that showed it had completed, so latencies are on the high side.
  */
+import { createWriteStream } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -53,6 +54,8 @@ export interface AgentScaleSettings {
   agentEnv?: Record<string, string>;
   /** Seed of the churn's choices (reproducible runs). */
   seed?: number;
+  /** A file that gets the agent's whole log (for looking into single passes). */
+  agentLog?: string;
 }
 
 export const AGENT_SCALE_DEFAULTS: Omit<AgentScaleSettings, 'nodes'> = {
@@ -188,9 +191,12 @@ class Observer {
 }
 
 /** Follows the agent's JSON log for its `reconciled` lines. */
-function followPasses(agent: NsProcess, passes: PassRecord[], lines: string[]): void {
+function followPasses(agent: NsProcess, passes: PassRecord[], lines: string[], logFile?: string): void {
   const reader = createInterface({ input: agent.child.stderr! });
+  const log = logFile === undefined ? undefined : createWriteStream(logFile);
+  reader.on('close', () => log?.end());
   reader.on('line', (line) => {
+    log?.write(`${line}\n`);
     if (!line.startsWith('{')) return;
     let record: Record<string, unknown>;
     try { record = JSON.parse(line) as Record<string, unknown>; } catch { return; }
@@ -260,7 +266,7 @@ export async function runAgentScale(settings: AgentScaleSettings, progress: (lin
     const passes: PassRecord[] = [];
     const readyLines: string[] = [];
     const started = world.startAgent(node, {}, { readyTimeoutMs: settings.startTimeoutMs });
-    followPasses(node.agent!, passes, readyLines);
+    followPasses(node.agent!, passes, readyLines, settings.agentLog);
     let readyAt: number | undefined;
     void started.then(() => { readyAt = performance.now(); }, () => undefined);
     await started;

@@ -29,7 +29,7 @@ import { keepLiveEndpoints, observedEndpoints, workingAtOwnAddress } from './obs
 import { annotationDrift, forceEndpointChange, ownAnnotations, restorePatch, type AnnotationPatch } from './own-annotations.ts';
 import { newOnes, type Once } from './once.ts';
 import { followKeyFile, kickRequest, rotationPendingAtStart, watchKeyFile } from './key-rotation.ts';
-import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
+import type { DeviceSnapshot, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
 import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import { renderConflist, writeConflistAtomically } from '../host/cni-config.ts';
 import { applyRuleset, removeTable, renderRuleset } from '../host/nftables.ts';
@@ -69,6 +69,15 @@ interface LocalView {
 }
 
 export type AgentState = 'starting' | 'running' | 'stopped';
+
+/** A get=1 sent while passes go on (see Agent.readingBeside). */
+interface BesideRead {
+  /** Every set sent since the read started, in order: replayed on its answer. */
+  sets: SetRequest[];
+  done: boolean;
+  /** The answer; undefined when the read failed. */
+  snapshot?: DeviceSnapshot;
+}
 
 /**
  * How often the agent reads its data plane between Node events: endpoints learned by roaming
@@ -174,6 +183,8 @@ export class Agent implements AgentStatusSource {
    * what a pass for a Node change plans against.
    */
   private deviceModel: DeviceSnapshot | undefined;
+  /** A get=1 running beside the passes (readingBeside), and the sets sent since it started. */
+  private beside: BesideRead | undefined;
   /** The device as setUpTunnel read it, when it set nothing after (taken by the pass that follows). */
   private tunnelRead: DeviceSnapshot | undefined;
   /** The desired peers of the last pass, before relays (objects kept while unchanged: keepUnchangedPeers). */
@@ -308,16 +319,21 @@ export class Agent implements AgentStatusSource {
    * true when the data plane is fresh (just started, or it had lost its key): its interface has
    * no routes and its device no peers yet.
    */
-  private async setUpTunnel(): Promise<boolean> {
+  private async setUpTunnel(read?: DeviceSnapshot): Promise<boolean> {
     const s = this.settings;
-    const status = await ensureDataplane({ choice: s.dataplane, ifname: s.interfaceName, client: this.uapi!, env: this.deps.dataplaneEnv });
-    if (status === 'started') this.log.info('started the data plane', { interface: s.interfaceName, dataplane: s.dataplane });
-    const device = await this.uapi!.get();
+    // A data plane that answers a get=1 is running: no second 2 MB read to find that out.
+    let device = read ?? await this.uapi!.get().catch(() => undefined);
+    let status: Awaited<ReturnType<typeof ensureDataplane>> = 'running';
+    if (device === undefined) {
+      status = await ensureDataplane({ choice: s.dataplane, ifname: s.interfaceName, client: this.uapi!, env: this.deps.dataplaneEnv });
+      if (status === 'started') this.log.info('started the data plane', { interface: s.interfaceName, dataplane: s.dataplane });
+      device = await this.uapi!.get();
+    }
     const keyMatches = device.privateKey !== undefined && keyToBase64(device.privateKey) === keyToBase64(this.privateKey!);
     this.tunnelRead = undefined;
     if (!keyMatches || device.listenPort !== s.listenPort) {
       // Only when different: re-setting the key would expire every session.
-      await this.uapi!.set({ privateKey: keyMatches ? undefined : this.privateKey, listenPort: s.listenPort, replacePeers: false, peers: [] });
+      await this.setDevice({ privateKey: keyMatches ? undefined : this.privateKey, listenPort: s.listenPort, replacePeers: false, peers: [] });
     } else {
       this.tunnelRead = device;
     }
@@ -454,6 +470,8 @@ export class Agent implements AgentStatusSource {
       onPublishPending: (publicKey) => { this.pendingPublicKey = publicKey; },
     });
     if (!switched) return;
+    // The switch went to the data plane directly: a read beside the passes no longer shows it.
+    this.beside = undefined;
     this.privateKey!.fill(0);
     this.privateKey = switched.privateKey;
     this.publicKey = switched.publicKey;
@@ -524,6 +542,14 @@ export class Agent implements AgentStatusSource {
       // every peer would come before each of them), unless the model has gone unread too long.
       const discoveryRead = this.discoveryDue && (!this.nodeEventsPending || !this.largeMesh() || Date.now() - this.lastReadAt >= MAX_MODEL_AGE_MS);
       const read = this.readNext || force || discoveryRead;
+      if (read && this.readingBeside()) {
+        // The read (and a full pass with it) waits for the get=1 in flight; its end schedules
+        // it. Node changes meanwhile are planned against the model.
+        if (!this.nodeEventsPending) return;
+        this.nodeEventsPending = false;
+        this.run(false, false);
+        return;
+      }
       this.forceNext = false;
       this.readNext = false;
       this.nodeEventsPending = false;
@@ -531,14 +557,56 @@ export class Agent implements AgentStatusSource {
         this.discoveryDue = false;
         this.lastReadAt = Date.now();
       }
-      this.running = this.pass(force, read).finally(() => {
-        this.running = undefined;
-        if (this.again) {
-          this.again = false;
-          this.schedule(false, false);
-        }
-      });
+      this.run(force, read);
     }, this.deps.debounceMs ?? 50);
+  }
+
+  private run(full: boolean, read: boolean): void {
+    this.running = this.pass(full, read).finally(() => {
+      this.running = undefined;
+      if (this.again) {
+        this.again = false;
+        this.schedule(false, false);
+      }
+    });
+  }
+
+  /**
+   * Whether a wanted read goes to a get=1 beside the passes (a large mesh with a model to plan
+   * against): true while it is in flight (started here when there is none), false once it has
+   * answered (the pass takes it) or when the pass should read for itself.
+   */
+  private readingBeside(): boolean {
+    if (this.settings.firewallOnly || !this.largeMesh() || this.deviceModel === undefined) return false;
+    if (this.beside === undefined) {
+      const read: BesideRead = { sets: [], done: false };
+      this.beside = read;
+      this.uapi!.get().then((snapshot) => { read.snapshot = snapshot; }, () => { /* the pass reads for itself */ }).finally(() => {
+        read.done = true;
+        if (this.beside === read) this.schedule(false, true);
+      });
+    }
+    return !this.beside.done;
+  }
+
+  /** The get=1 read beside the passes, with the sets sent since replayed (undefined when there is none). */
+  private takeBesideRead(): DeviceSnapshot | undefined {
+    const read = this.beside;
+    this.beside = undefined;
+    if (!read?.done || read.snapshot === undefined) return undefined;
+    let snapshot = read.snapshot;
+    for (const request of read.sets) snapshot = applySetToSnapshot(snapshot, request);
+    return snapshot;
+  }
+
+  /**
+   * Every `set` of a pass goes through here: a read beside the passes may have been answered
+   * before or after it, so it is replayed on that read (a set applied twice ends where it ended
+   * once: each names the state it wants).
+   */
+  private async setDevice(request: SetRequest): Promise<void> {
+    this.beside?.sets.push(request);
+    await this.uapi!.set(request);
   }
 
   private largeMesh(): boolean {
@@ -559,6 +627,7 @@ export class Agent implements AgentStatusSource {
       const t = this.uapi?.traffic;
       this.log.debug('reconciled', {
         ms: Date.now() - started, full, read, cpuMs: Math.round((used.user + used.system) / 1000), peers: this.lastMesh?.peers.size,
+        heapMiB: Math.round(process.memoryUsage().heapUsed / 2 ** 20),
         ...Object.fromEntries(Object.entries(this.steps).map(([k, v]) => [`${k}Ms`, Math.round(v)])),
         ...(uapi && t ? { uapiOperations: t.operations - uapi.operations, uapiBytesSent: t.bytesSent - uapi.bytesSent, uapiBytesReceived: t.bytesReceived - uapi.bytesReceived, uapiMs: Math.round(t.ms - uapi.ms) } : {}),
       });
@@ -621,7 +690,8 @@ export class Agent implements AgentStatusSource {
     }
 
     if (!s.firewallOnly) {
-      let fresh = full ? await this.setUpTunnel() : false;
+      const besideRead = read || full ? this.takeBesideRead() : undefined;
+      let fresh = full ? await this.setUpTunnel(besideRead) : false;
       let snapshot: DeviceSnapshot;
       const fromModel = !read && !fresh && this.deviceModel !== undefined;
       if (fromModel) {
@@ -629,7 +699,7 @@ export class Agent implements AgentStatusSource {
       } else {
         // A full pass has just read the device in setUpTunnel (a get=1 is 2 MB at 5 000 peers):
         // that read serves, unless something was set since.
-        const tunnelRead = full ? this.tunnelRead : undefined;
+        const tunnelRead = full ? this.tunnelRead : besideRead;
         this.tunnelRead = undefined;
         const device = tunnelRead ?? await this.uapi!.get().catch((err: Error) => {
           this.log.warn('the data plane does not answer; starting it again', { interface: s.interfaceName, error: err.message });
@@ -661,7 +731,7 @@ export class Agent implements AgentStatusSource {
       t = this.step('plan', t);
       // Until the set answers, the model is unknown: a failure makes the next pass read.
       this.deviceModel = undefined;
-      if (plan.request) await this.uapi!.set(plan.request);
+      if (plan.request) await this.setDevice(plan.request);
       let model = plan.request ? applySetToSnapshot(snapshot, plan.request) : snapshot;
       // A peer given an endpoint the cluster states (forced, published, LAN) gets a packet there
       // now: it then answers on the new path, instead of its next keepalive on the old one roaming
@@ -674,7 +744,7 @@ export class Agent implements AgentStatusSource {
       const moved = plan.actions.flatMap((a) => (a.kind === 'update' && a.endpoint !== undefined && stated.has(a.peer.endpointSource) ? [{ publicKey: a.peer.publicKeyBytes, persistentKeepalive: a.peer.persistentKeepalive }] : []));
       const kick = kickRequest(moved);
       if (kick) {
-        await this.uapi!.set(kick);
+        await this.setDevice(kick);
         model = applySetToSnapshot(model, kick);
       }
       this.deviceModel = model;

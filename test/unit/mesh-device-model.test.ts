@@ -16,6 +16,9 @@ import { generatePrivateKey, keyToBase64 } from '../../dataplane/noise/keys.ts';
 import { applySetRequest, takeSnapshot, type UapiHost } from '../../dataplane/uapi/uapi-device.ts';
 import type { DeviceSnapshot, PeerChange, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
 import { applySetToSnapshot } from '../../control/mesh/device-model.ts';
+import type { DesiredPeer } from '../../control/mesh/desired-peers.ts';
+import { newReconcileMemory, planReconcile } from '../../control/mesh/reconcile.ts';
+import { prng } from '../helpers/prng.ts';
 
 let crypto: Crypto;
 before(async () => { crypto = await selectCrypto(); });
@@ -70,4 +73,45 @@ test('the snapshot it started from is left as it was', () => {
   assert.equal(before.peers.length, 0);
   assert.deepEqual(one.peers[0].allowedIps.map(formatPrefix), ['10.0.0.0/24']);
   assert.deepEqual(two.peers[0].allowedIps, []);
+});
+
+test('a read answered while sets went on, with every set since it started replayed, ends where the data plane ends', async () => {
+  // The agent reads beside its passes (agent.ts, readingBeside): a set sent after the read
+  // started may reach the data plane before or after the read is answered, so the replay applies
+  // some sets twice. Requests here are the ones the agent makes: plans of random desired meshes.
+  const random = prng(41);
+  const pick = <T>(list: readonly T[]) => list[Math.floor(random() * list.length)];
+  const keys = Array.from({ length: 10 }, () => crypto.publicKey(generatePrivateKey(crypto)));
+  const prefixes = ['10.128.0.0/24', '10.128.1.0/24', '10.128.2.0/24', 'fd00:245::/64', 'fd00:246::/64', '172.16.0.1/32', '172.16.0.2/32'];
+  const host = device();
+  const memory = newReconcileMemory();
+  const log: SetRequest[] = [];
+  const reads: Array<{ startedAt: number; snapshot: DeviceSnapshot }> = [];
+  for (let round = 0; round < 200; round++) {
+    const desired = new Map<string, DesiredPeer>();
+    const free = [...prefixes];
+    for (const key of keys) {
+      if (random() < 0.3) continue;
+      const allowedIps = free.splice(0, Math.floor(random() * 2)).concat(random() < 0.2 && free.length > 0 ? free.splice(Math.floor(random() * free.length), 1) : []);
+      const peer: DesiredPeer = {
+        nodeName: keyToBase64(key).slice(0, 6), publicKey: keyToBase64(key), publicKeyBytes: key,
+        endpoint: `172.16.1.${1 + Math.floor(random() * 3)}:51820`, endpointSource: 'published',
+        allowedIps: allowedIps.sort(), persistentKeepalive: pick([0, 25]),
+      };
+      desired.set(peer.publicKey, peer);
+    }
+    // A read started some sets ago is answered now (before this round's set reaches the device).
+    if (random() < 0.3) reads.push({ startedAt: Math.max(0, log.length - Math.floor(random() * 4)), snapshot: takeSnapshot(host) });
+    const plan = planReconcile(desired, takeSnapshot(host), memory, { collectGarbage: true, canRemoveAllowedIp: true, nowWallMs: Date.UTC(2026, 0, 1) + round * 1000 });
+    if (!plan.request) continue;
+    log.push(plan.request);
+    assert.equal(await applySetRequest(host, plan.request), 0);
+  }
+  assert.ok(reads.length > 20, 'the rounds should make reads');
+  const now = view(takeSnapshot(host));
+  for (const read of reads) {
+    let model = read.snapshot;
+    for (const request of log.slice(read.startedAt)) model = applySetToSnapshot(model, request);
+    assert.deepEqual(view(model), now, `a read started before set ${read.startedAt}`);
+  }
 });
