@@ -28,13 +28,13 @@ export interface ReconcileMemory {
   /** Base64 key → the published endpoint last written to the data plane for that peer. */
   writtenEndpoint: Map<string, string | undefined>;
   /**
-   * Base64 key → the desired peer and the data plane's entry the last plan found in agreement (no
-   * change needed). While both are the same objects, the peer's outcome is the same, and the
-   * plan skips it: the agent keeps unchanged desired peers (keepUnchangedPeers) and its model of
-   * the data plane keeps the entries no `set` touched (device-model.ts), so a Node change at
-   * 5 000 peers plans the few peers it changed. A fresh `get=1` has new entries: all are planned.
+   * Base64 key → the desired peer and the data plane's entry (its endpoint, keepalive and allowed
+   * IPs: entrySignature) the last plan found in agreement, needing no change. While the desired
+   * peer is the same object and the entry says the same, the outcome is the same, and the plan
+   * skips the peer: the agent keeps unchanged desired peers (keepUnchangedPeers), so a Node
+   * change at 5 000 peers plans the few peers it changed.
    */
-  settled: Map<string, { want: DesiredPeer; current: PeerSnapshot }>;
+  settled: Map<string, { want: DesiredPeer; entry: string }>;
 }
 
 export function newReconcileMemory(): ReconcileMemory {
@@ -81,6 +81,19 @@ function canonical(list: Iterable<string>): Set<string> {
   return out;
 }
 
+/** Signatures of data-plane entries seen before: the model keeps the entries no set touched. */
+const entrySignatures = new WeakMap<PeerSnapshot, string>();
+
+/** What a plan reads of a data-plane entry, as one text: endpoint, keepalive, allowed IPs in order. */
+function entrySignature(entry: PeerSnapshot): string {
+  let text = entrySignatures.get(entry);
+  if (text === undefined) {
+    text = `${entry.endpoint?.toString() ?? '-'} ${entry.persistentKeepalive} ${entry.allowedIps.map(formatPrefix).join(' ')}`;
+    entrySignatures.set(entry, text);
+  }
+  return text;
+}
+
 export function planReconcile(
   desired: ReadonlyMap<string, DesiredPeer>,
   device: DeviceSnapshot,
@@ -98,7 +111,7 @@ export function planReconcile(
     seen.add(key);
     const want = desired.get(key);
     const settled = memory.settled.get(key);
-    if (want !== undefined && settled !== undefined && settled.want === want && settled.current === current) continue;
+    if (want !== undefined && settled !== undefined && settled.want === want && settled.entry === entrySignature(current)) continue;
     memory.settled.delete(key);
     if (!want) {
       if (options.collectGarbage) {
@@ -133,7 +146,7 @@ export function planReconcile(
     const keepalive = current.persistentKeepalive !== want.persistentKeepalive ? want.persistentKeepalive : undefined;
 
     if (added.length === 0 && removed.length === 0 && endpoint === undefined && keepalive === undefined) {
-      memory.settled.set(key, { want, current });
+      memory.settled.set(key, { want, entry: entrySignature(current) });
       continue;
     }
     actions.push({ kind: 'update', peer: want, added, removed, endpoint, keepalive });
