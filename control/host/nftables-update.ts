@@ -172,7 +172,9 @@ function parseLists(next: RulesetOptions, previous: Readonly<Record<ListKey, Par
  */
 function parseList(texts: readonly string[] | undefined, family: 4 | 6, what: string, previous: ParsedList | undefined): ParsedList & { changed: boolean } {
   if (!Array.isArray(texts) || !previous) {
-    return { texts: Array.isArray(texts) ? texts.slice() : [], prefixes: familyPrefixes(texts, family, what), changed: true };
+    // For a list that is not an array, familyPrefixes throws renderRuleset's error.
+    const prefixes = familyPrefixes(texts, family, what);
+    return { texts: texts!.slice(), prefixes, changed: true };
   }
   const prefixes: Prefix[] = [];
   let changed = texts.length !== previous.texts.length;
