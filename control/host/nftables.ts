@@ -11,6 +11,9 @@
  * The kernel applies a transaction as a whole or not at all, so packets never see a half-built
  * table, and re-applying after someone flushed our rules simply restores them.
  *
+ * When only set contents changed, nftables-update.ts plans `delete element` / `add element` lines
+ * instead (same contents, one transaction), so a pass at 10 000 pod CIDRs need not rebuild all.
+ *
  * Layout (every rule family-gated; chains are only present when they have work to do):
  *
  *   sets  pod-cidrs-v4 / pod-cidrs-v6              every node's pod CIDRs (summarized; intervals)
@@ -102,7 +105,7 @@ function checkSwitch(value: unknown, what: string): FamilySwitch {
 }
 
 /** Parses one family's list and refuses CIDRs of the other family (a v6 CIDR in `v4` is a bug upstream). */
-function familyPrefixes(list: readonly string[] | undefined, family: 4 | 6, what: string): Prefix[] {
+export function familyPrefixes(list: readonly string[] | undefined, family: 4 | 6, what: string): Prefix[] {
   if (!Array.isArray(list)) throw new Error(`${what} must be an array of CIDR strings`);
   const prefixes = parseCidrList(list, what);
   const wrong = prefixes.filter((p) => prefixFamily(p) !== family);
@@ -112,10 +115,68 @@ function familyPrefixes(list: readonly string[] | undefined, family: 4 | 6, what
   return prefixes;
 }
 
-function renderSet(name: string, type: 'ipv4_addr' | 'ipv6_addr', prefixes: readonly Prefix[]): string[] {
+/**
+ * Everything of a ruleset except the contents of its sets, checked and with defaults filled in.
+ * Two rulesets with equal shapes differ at most in set elements, which nft can change in place.
+ */
+export interface RulesetShape {
+  table: string;
+  masquerade: FamilySwitch;
+  filter: FamilySwitch;
+  mark: number;
+  clampMssTo: string | undefined;
+}
+
+/** Checks every option but the CIDR lists; throws a descriptive error for the first bad one. */
+export function checkRulesetShape(options: RulesetOptions, caller = 'renderRuleset'): RulesetShape {
+  if (!options || typeof options !== 'object') throw new Error(`${caller} needs an options object`);
+  const table = validateTableName(options.tableName ?? DEFAULT_TABLE_NAME);
+  const masquerade = checkSwitch(options.masquerade, 'masquerade');
+  const filter = checkSwitch(options.filter, 'filter');
+  const mark = options.kubeProxyMasqueradeMark ?? KUBE_PROXY_MASQUERADE_MARK;
+  if (!Number.isInteger(mark) || mark <= 0 || mark > 0xffffffff) {
+    throw new Error(`kubeProxyMasqueradeMark must be a non-zero 32-bit mark, got ${mark}`);
+  }
+  const tunnel = options.clampMssTo;
+  if (tunnel !== undefined && (typeof tunnel !== 'string' || !/^[A-Za-z0-9_.-]{1,15}$/.test(tunnel))) {
+    throw new Error(`bad interface name ${JSON.stringify(tunnel)} for MSS clamping`);
+  }
+  return { table, masquerade, filter, mark, clampMssTo: tunnel };
+}
+
+/** The elements of the four sets as canonical CIDR text, summarized (no overlaps) and in canonical order. */
+export interface RulesetSetElements {
+  clusterV4: readonly string[];
+  clusterV6: readonly string[];
+  localV4: readonly string[];
+  localV6: readonly string[];
+}
+
+/** Refuses a missing list pair with the same message whoever checks it. */
+export function checkCidrLists(options: RulesetOptions): void {
+  if (!options.clusterPodCidrs || !options.localPodCidrs) throw new Error('clusterPodCidrs and localPodCidrs are required ({v4: [], v6: []})');
+}
+
+function setElements(options: RulesetOptions): RulesetSetElements {
+  checkCidrLists(options);
+  const localV4 = familyPrefixes(options.localPodCidrs.v4, 4, 'localPodCidrs.v4');
+  const localV6 = familyPrefixes(options.localPodCidrs.v6, 6, 'localPodCidrs.v6');
+  // This node's pods belong to the cluster's pod networks even before our own Node annotation
+  // has come back through the informer.
+  const clusterV4 = summarizePrefixes([...familyPrefixes(options.clusterPodCidrs.v4, 4, 'clusterPodCidrs.v4'), ...localV4]);
+  const clusterV6 = summarizePrefixes([...familyPrefixes(options.clusterPodCidrs.v6, 6, 'clusterPodCidrs.v6'), ...localV6]);
+  return {
+    clusterV4: clusterV4.map(formatPrefix),
+    clusterV6: clusterV6.map(formatPrefix),
+    localV4: summarizePrefixes(localV4).map(formatPrefix),
+    localV6: summarizePrefixes(localV6).map(formatPrefix),
+  };
+}
+
+function renderSet(name: string, type: 'ipv4_addr' | 'ipv6_addr', elements: readonly string[]): string[] {
   const lines = [`\tset ${name} {`, `\t\ttype ${type}`, '\t\tflags interval'];
   // `elements = { }` is a syntax error: an empty set simply has no elements line.
-  if (prefixes.length > 0) lines.push(`\t\telements = { ${prefixes.map(formatPrefix).join(', ')} }`);
+  if (elements.length > 0) lines.push(`\t\telements = { ${elements.join(', ')} }`);
   lines.push('\t}');
   return lines;
 }
@@ -127,22 +188,16 @@ const hex = (n: number) => `0x${n.toString(16).padStart(8, '0')}`;
  * text (sets are summarized and canonically sorted).
  */
 export function renderRuleset(options: RulesetOptions): string {
-  if (!options || typeof options !== 'object') throw new Error('renderRuleset needs an options object');
-  const table = validateTableName(options.tableName ?? DEFAULT_TABLE_NAME);
-  const masquerade = checkSwitch(options.masquerade, 'masquerade');
-  const filter = checkSwitch(options.filter, 'filter');
-  const mark = options.kubeProxyMasqueradeMark ?? KUBE_PROXY_MASQUERADE_MARK;
-  if (!Number.isInteger(mark) || mark <= 0 || mark > 0xffffffff) {
-    throw new Error(`kubeProxyMasqueradeMark must be a non-zero 32-bit mark, got ${mark}`);
-  }
-  if (!options.clusterPodCidrs || !options.localPodCidrs) throw new Error('clusterPodCidrs and localPodCidrs are required ({v4: [], v6: []})');
-  const localV4 = familyPrefixes(options.localPodCidrs.v4, 4, 'localPodCidrs.v4');
-  const localV6 = familyPrefixes(options.localPodCidrs.v6, 6, 'localPodCidrs.v6');
-  // This node's pods belong to the cluster's pod networks even before our own Node annotation
-  // has come back through the informer.
-  const clusterV4 = summarizePrefixes([...familyPrefixes(options.clusterPodCidrs.v4, 4, 'clusterPodCidrs.v4'), ...localV4]);
-  const clusterV6 = summarizePrefixes([...familyPrefixes(options.clusterPodCidrs.v6, 6, 'clusterPodCidrs.v6'), ...localV6]);
+  const shape = checkRulesetShape(options);
+  return renderTable(shape, setElements(options));
+}
 
+/**
+ * {@link renderRuleset} from a checked shape and already summarized set elements, for callers
+ * that keep the elements between passes (nftables-update.ts) instead of re-parsing every CIDR.
+ */
+export function renderTable(shape: RulesetShape, sets: RulesetSetElements): string {
+  const { table, masquerade, filter, mark } = shape;
   const families = [
     { on: { masquerade: masquerade.ipv4, filter: filter.ipv4 }, nfproto: 'ipv4', addr: 'ip', cluster: SET_NAMES.clusterV4, local: SET_NAMES.localV4 },
     { on: { masquerade: masquerade.ipv6, filter: filter.ipv6 }, nfproto: 'ipv6', addr: 'ip6', cluster: SET_NAMES.clusterV6, local: SET_NAMES.localV6 },
@@ -153,10 +208,10 @@ export function renderRuleset(options: RulesetOptions): string {
     `table inet ${table} {}`,
     `delete table inet ${table}`,
     `table inet ${table} {`,
-    ...renderSet(SET_NAMES.clusterV4, 'ipv4_addr', clusterV4),
-    ...renderSet(SET_NAMES.clusterV6, 'ipv6_addr', clusterV6),
-    ...renderSet(SET_NAMES.localV4, 'ipv4_addr', summarizePrefixes(localV4)),
-    ...renderSet(SET_NAMES.localV6, 'ipv6_addr', summarizePrefixes(localV6)),
+    ...renderSet(SET_NAMES.clusterV4, 'ipv4_addr', sets.clusterV4),
+    ...renderSet(SET_NAMES.clusterV6, 'ipv6_addr', sets.clusterV6),
+    ...renderSet(SET_NAMES.localV4, 'ipv4_addr', sets.localV4),
+    ...renderSet(SET_NAMES.localV6, 'ipv6_addr', sets.localV6),
   ];
 
   if (masquerade.ipv4 || masquerade.ipv6) {
@@ -192,9 +247,8 @@ export function renderRuleset(options: RulesetOptions): string {
     lines.push('\t}');
   }
 
-  if (options.clampMssTo !== undefined) {
-    const tunnel = options.clampMssTo;
-    if (!/^[A-Za-z0-9_.-]{1,15}$/.test(tunnel)) throw new Error(`bad interface name ${JSON.stringify(tunnel)} for MSS clamping`);
+  if (shape.clampMssTo !== undefined) {
+    const tunnel = shape.clampMssTo;
     // Priority mangle, before the filter: the clamp applies to whatever the filter then lets through.
     // The kernel only ever lowers an MSS this way.
     lines.push(
