@@ -32,12 +32,13 @@ import { followKeyFile, kickRequest, rotationPendingAtStart, watchKeyFile } from
 import type { DeviceSnapshot, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
 import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import { renderConflist, writeConflistAtomically } from '../host/cni-config.ts';
-import { applyRuleset, removeTable, renderRuleset } from '../host/nftables.ts';
+import { removeTable } from '../host/nftables.ts';
+import { HostLane, type HostState } from './host-lane.ts';
 import { splitCidrsByFamily } from '../host/cidrs.ts';
 import { systemRunner, type CommandRunner } from '../host/runner.ts';
 import { globalUnicastAddresses } from '../host/node-addresses.ts';
 import { podCidrsFromSpec, readPodCidrFile, watchPodCidrFile, type PodCidrFileWatch } from '../host/pod-cidr-source.ts';
-import { configureTunnelInterface, reconcileRoutes, removeRoutes } from '../host/routes.ts';
+import { configureTunnelInterface, removeRoutes } from '../host/routes.ts';
 import { detectUplinkMtu } from '../host/uplink-mtu.ts';
 import { pingFits } from '../host/ping-probe.ts';
 import { dueProbes, MIN_PROBED_MTU, recordProbe, routesWithPathMtu, searchLargestFit, type PathMtuMemory, type ProbeTarget } from './path-mtu.ts';
@@ -160,8 +161,8 @@ export class Agent implements AgentStatusSource {
   private readonly ownRefusalsLogged: Once = new Set();
   private discoveryTimer: NodeJS.Timeout | undefined;
   private writtenConflist = '';
-  private appliedRuleset = '';
-  private appliedRoutes = '';
+  /** Routes and nftables, applied beside the passes (host-lane.ts). */
+  private readonly hostLane: HostLane;
   private readonly rejectedLogged: Once = new Set();
   /** Peers (base64 keys) with a path-MTU probe in flight. */
   private readonly probing = new Set<string>();
@@ -195,6 +196,19 @@ export class Agent implements AgentStatusSource {
     this.log = deps.log;
     this.runner = deps.runner ?? systemRunner;
     this.relays = new AgentRelays(deps.settings, deps.log);
+    this.hostLane = new HostLane({
+      runner: this.runner, log: this.log,
+      onRouteConflicts: (list) => {
+        const conflicts = newOnes(this.conflictsLogged, list.map((c) => ({ id: `${c.dst}\n${c.existing}`, item: c })));
+        for (const c of conflicts) this.log.warn('not routing a pod CIDR into the tunnel: a route that is not the agent\'s already goes there, and the agent never replaces one', { destination: c.dst, existing: c.existing });
+        this.routeConflicts += conflicts.length;
+      },
+      onError: (err) => {
+        this.reconcileErrors++;
+        this.log.error('could not apply routes or nftables rules; a pass shortly retries', { error: err.message });
+        setTimeout(() => this.schedule(false, false), 1000).unref();
+      },
+    });
   }
 
   async start(): Promise<void> {
@@ -256,6 +270,7 @@ export class Agent implements AgentStatusSource {
     this.keyFileWatch?.close();
     await this.watcher?.stop();
     await this.running;
+    await this.hostLane.idle();
     this.relays.close();
   }
 
@@ -265,6 +280,7 @@ export class Agent implements AgentStatusSource {
       await this.running;
       if (this.timer) await new Promise((r) => setTimeout(r, (this.deps.debounceMs ?? 50) + 5));
     }
+    await this.hostLane.idle();
   }
 
   private async readOwnNodeWithRetry(): Promise<NodeObject> {
@@ -689,6 +705,9 @@ export class Agent implements AgentStatusSource {
       this.log.warn('skipping a node: its annotations are not usable', { node: r.node, reason: r.reason });
     }
 
+    let hostRoutes: HostState['routes'];
+    let hostFull = full;
+    let probes: Array<() => void> = [];
     if (!s.firewallOnly) {
       const besideRead = read || full ? this.takeBesideRead() : undefined;
       let fresh = full ? await this.setUpTunnel(besideRead) : false;
@@ -714,7 +733,6 @@ export class Agent implements AgentStatusSource {
         // One read per pass when the data plane was fine: at 5 000 peers a get=1 is 2 MB.
         snapshot = healthy ? device : await this.uapi!.get();
       }
-      if (fresh) this.appliedRoutes = '';
       t = this.step('read', t);
       // Relay decisions judge liveness from the peers' counters, which only a fresh read has; a
       // pass planned from the model keeps the last decisions.
@@ -770,34 +788,33 @@ export class Agent implements AgentStatusSource {
       t = this.step('observe', t);
       // Path-MTU stalls are judged from the peers' counters, which only a fresh read has.
       const due = s.pathMtuDiscovery && !fromModel ? dueProbes(mesh.peers, mesh.tunnelRoutes, snapshot, this.pathMtus, Date.now()) : [];
-      const wantedRoutes = routesWithPathMtu(mesh.tunnelRoutes, mesh.peers, this.pathMtus, this.tunnelMtu, s.pathMtuDiscovery);
-      const routesKey = JSON.stringify(wantedRoutes);
-      if (full || routesKey !== this.appliedRoutes) {
-        const routes = await reconcileRoutes({ device: s.interfaceName, cidrs: wantedRoutes, runner: this.runner });
-        const conflicts = newOnes(this.conflictsLogged, routes.conflicts.map((c) => ({ id: `${c.dst}\n${c.existing}`, item: c })));
-        for (const c of conflicts) this.log.warn('not routing a pod CIDR into the tunnel: a route that is not the agent\'s already goes there, and the agent never replaces one', { destination: c.dst, existing: c.existing });
-        this.routeConflicts += conflicts.length;
-        this.appliedRoutes = routesKey;
-      }
-      // After the routes: each probe needs the host route to its peer's gateway.
-      for (const target of due) this.probePathMtu(target, snapshot);
+      hostRoutes = { device: s.interfaceName, cidrs: routesWithPathMtu(mesh.tunnelRoutes, mesh.peers, this.pathMtus, this.tunnelMtu, s.pathMtuDiscovery) };
+      hostFull ||= fresh;
+      probes = due.map((target) => () => this.probePathMtu(target, snapshot));
       await this.writeCni();
       t = this.step('routes', t);
     }
 
-    const split = splitCidrsByFamily(mesh.clusterPodCidrs);
+    // Pod CIDRs are canonical texts: the family is in the text.
+    const cluster = { v4: [] as string[], v6: [] as string[] };
+    for (const cidr of mesh.clusterPodCidrs) (cidr.includes(':') ? cluster.v6 : cluster.v4).push(cidr);
     const local = splitCidrsByFamily(this.local.podCidrs);
-    const ruleset = renderRuleset({
-      tableName: s.nftTable, masquerade: s.masquerade, filter: s.filter,
-      clusterPodCidrs: { v4: split.v4, v6: split.v6 }, localPodCidrs: { v4: local.v4, v6: local.v6 },
-      clampMssTo: !s.firewallOnly && s.pathMtuDiscovery ? s.interfaceName : undefined,
+    const failures = this.hostLane.failures;
+    const host = this.hostLane.apply({
+      routes: hostRoutes,
+      ruleset: {
+        tableName: s.nftTable, masquerade: s.masquerade, filter: s.filter,
+        clusterPodCidrs: cluster, localPodCidrs: { v4: local.v4, v6: local.v6 },
+        clampMssTo: !s.firewallOnly && s.pathMtuDiscovery ? s.interfaceName : undefined,
+      },
+      full: hostFull,
     });
-    if (full || ruleset !== this.appliedRuleset) {
-      await applyRuleset(ruleset, this.runner);
-      if (ruleset !== this.appliedRuleset) this.log.info('applied the nftables table', { table: s.nftTable, podCidrs: mesh.clusterPodCidrs });
-      this.appliedRuleset = ruleset;
-    }
+    // A resync, the pass that makes the agent ready, and path-MTU probes (each needs the route
+    // to its peer's gateway) wait for the host; other passes go on while it is applied.
+    if (hostFull || !this.ready || probes.length > 0) await host;
+    for (const probe of probes) probe();
     t = this.step('nft', t);
+    if (this.hostLane.failures > failures) return;
     if (watcher.synced && !this.ready) {
       this.ready = true;
       this.log.info('ready: the Node list is synced and the mesh is configured', { peers: mesh.peers.size, rejected: mesh.rejected.length });
