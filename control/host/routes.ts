@@ -12,8 +12,8 @@
  *
  * Reconciling is list → diff → change, per family; listing again finds nothing to do.
  */
-import { formatIp, formatPrefix, parseIp, parsePrefix } from '../../dataplane/net/ip.ts';
-import { canonicalPrefixes, gatewayAddress, parseCidrList, prefixFamily, summarizePrefixes } from './cidrs.ts';
+import { formatIp, formatPrefix, parseIp, parsePrefix, type Prefix } from '../../dataplane/net/ip.ts';
+import { canonicalPrefixes, gatewayAddress, parseCidr, parseCidrList, summarizePrefixes } from './cidrs.ts';
 import { runChecked, systemRunner, type CommandRunner } from './runner.ts';
 
 /**
@@ -112,21 +112,128 @@ export async function listOwnRoutes(device: string, family: 4 | 6, protocol = DE
   return parseRoutes(result.stdout);
 }
 
-/** Summarizes each MTU's routes on their own (merging two routes must not change either's MTU). */
-function summarizeWanted(cidrs: ReadonlyArray<string | WantedRoute>): WantedRoute[] {
-  const byMtu = new Map<number | undefined, string[]>();
-  for (const c of cidrs) {
-    const route = typeof c === 'string' ? { dst: c } : c;
-    if (route.mtu !== undefined && (!Number.isInteger(route.mtu) || route.mtu < 576 || route.mtu > 65535)) {
-      throw new Error(`route MTU must be an integer 576..65535, got ${route.mtu} for ${route.dst}`);
-    }
-    let list = byMtu.get(route.mtu);
-    if (!list) byMtu.set(route.mtu, list = []);
-    list.push(route.dst);
+/** Wanted routes summarized, per family, each list in the order reconcile adds them. */
+export interface SummarizedRoutes {
+  v4: WantedRoute[];
+  v6: WantedRoute[];
+}
+
+/** One entry of `cidrs`, checked: a CIDR string or `{ dst, mtu? }` with a sane MTU. */
+function wantedRouteAt(entry: unknown, index: number): WantedRoute {
+  if (typeof entry === 'string') return { dst: entry };
+  const route = entry as WantedRoute | null;
+  if (typeof route !== 'object' || route === null || typeof route.dst !== 'string') {
+    throw new Error(`route CIDRs[${index}] must be a CIDR string or { dst, mtu }, got ${JSON.stringify(entry)}`);
   }
-  const out: WantedRoute[] = [];
-  for (const [mtu, list] of byMtu) {
-    for (const p of summarizePrefixes(parseCidrList(list, 'route CIDRs'))) out.push(mtu === undefined ? { dst: formatPrefix(p) } : { dst: formatPrefix(p), mtu });
+  if (route.mtu !== undefined && (!Number.isInteger(route.mtu) || route.mtu < 576 || route.mtu > 65535)) {
+    throw new Error(`route MTU must be an integer 576..65535, got ${route.mtu} for ${route.dst}`);
+  }
+  return route;
+}
+
+// IPv4 prefixes as one number, address * 64 + length: sorting the numbers is the canonical order
+// (by address, then shorter first), and the numbers sort as a Float64Array without a comparator.
+// Every step of the generic path (bytes, masks, comparisons) allocates; at 10 000 wanted routes
+// parsing and summarizing through it took ~25 ms per call, this way ~3 ms.
+const IPV4_CIDR = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\/(\d{1,2})$/;
+
+/**
+ * The key of a plainly written IPv4 CIDR ("10.244.2.0/24": no leading zeros, no host bits), or
+ * undefined for anything else, which then goes through the strict parser (it accepts or explains).
+ */
+function ipv4Key(text: string): number | undefined {
+  const m = IPV4_CIDR.exec(text);
+  if (!m) return undefined;
+  let address = 0;
+  for (let i = 1; i <= 5; i++) if (m[i].length > 1 && m[i][0] === '0') return undefined;
+  for (let i = 1; i <= 4; i++) {
+    const octet = Number(m[i]);
+    if (octet > 255) return undefined;
+    address = address * 256 + octet;
+  }
+  const bits = Number(m[5]);
+  if (bits > 32 || address % 2 ** (32 - bits) !== 0) return undefined;
+  return address * 64 + bits;
+}
+
+function ipv4Mask(address: number, bits: number): number {
+  const size = 2 ** (32 - bits);
+  return address - (address % size);
+}
+
+function formatIpv4Key(address: number, bits: number): string {
+  // `>>>` works on the address as an unsigned 32-bit integer, which it is.
+  return `${address >>> 24}.${(address >>> 16) & 255}.${(address >>> 8) & 255}.${address & 255}/${bits}`;
+}
+
+/** {@link summarizePrefixes} on IPv4 keys (the same two steps), as canonical CIDR strings. */
+function summarizeIpv4Keys(keys: readonly number[]): string[] {
+  const sorted = Float64Array.from(keys).sort();
+  const addresses: number[] = [];
+  const lengths: number[] = [];
+  // Drop what the last kept prefix covers (in canonical order it is the only candidate).
+  for (const key of sorted) {
+    const bits = key % 64;
+    const address = (key - bits) / 64;
+    const last = addresses.length - 1;
+    if (last >= 0 && lengths[last] <= bits && ipv4Mask(address, lengths[last]) === addresses[last]) continue;
+    addresses.push(address);
+    lengths.push(bits);
+  }
+  // Merge sibling halves into their parent, repeatedly.
+  const mergedAddresses: number[] = [];
+  const mergedLengths: number[] = [];
+  for (let i = 0; i < addresses.length; i++) {
+    let address = addresses[i];
+    let bits = lengths[i];
+    for (;;) {
+      const top = mergedAddresses.length - 1;
+      if (top < 0 || bits === 0 || mergedLengths[top] !== bits || mergedAddresses[top] === address) break;
+      const parent = ipv4Mask(address, bits - 1);
+      if (ipv4Mask(mergedAddresses[top], bits - 1) !== parent) break;
+      mergedAddresses.pop();
+      mergedLengths.pop();
+      address = parent;
+      bits -= 1;
+    }
+    mergedAddresses.push(address);
+    mergedLengths.push(bits);
+  }
+  return mergedAddresses.map((address, i) => formatIpv4Key(address, mergedLengths[i]));
+}
+
+/**
+ * Summarizes the wanted routes, each MTU's on their own (merging two routes must not change
+ * either's MTU), split by family. Per family the list runs MTU group by MTU group in the order the
+ * MTUs first appear, canonical within a group. Every bad CIDR is named in one error.
+ */
+export function summarizeWanted(cidrs: ReadonlyArray<string | WantedRoute>): SummarizedRoutes {
+  if (!Array.isArray(cidrs)) throw new Error('route CIDRs must be an array of CIDR strings or { dst, mtu } routes');
+  const groups = new Map<number | undefined, { v4: number[]; v6: Prefix[] }>();
+  const problems: string[] = [];
+  cidrs.forEach((entry, index) => {
+    const route = wantedRouteAt(entry, index);
+    let group = groups.get(route.mtu);
+    if (!group) groups.set(route.mtu, group = { v4: [], v6: [] });
+    const key = ipv4Key(route.dst);
+    if (key !== undefined) {
+      group.v4.push(key);
+      return;
+    }
+    try {
+      const prefix = parseCidr(route.dst);
+      if (prefix.address.length === 4) group.v4.push(ipv4Key(formatPrefix(prefix))!);
+      else group.v6.push(prefix);
+    } catch (err) {
+      problems.push(`[${index}] ${(err as Error).message}`);
+    }
+  });
+  if (problems.length > 0) throw new Error(`bad route CIDRs:\n  ${problems.join('\n  ')}`);
+  const out: SummarizedRoutes = { v4: [], v6: [] };
+  const withMtu = (dst: string, mtu: number | undefined): WantedRoute => (mtu === undefined ? { dst } : { dst, mtu });
+  for (const [mtu, group] of groups) {
+    for (const dst of summarizeIpv4Keys(group.v4)) out.v4.push(withMtu(dst, mtu));
+    for (const prefix of summarizePrefixes(group.v6)) out.v6.push(withMtu(formatPrefix(prefix), mtu));
   }
   return out;
 }
@@ -186,14 +293,14 @@ export async function reconcileRoutes(options: RouteReconcileOptions): Promise<R
   const protocol = validateProtocol(options.protocol ?? DEFAULT_ROUTE_PROTOCOL);
   const runner = options.runner ?? systemRunner;
   const desired = summarizeWanted(options.cidrs);
-  for (const r of desired) {
+  for (const r of [...desired.v4, ...desired.v6]) {
     // A /0 through the tunnel would take the host's own default route, and its underlay with it.
-    if (parsePrefix(r.dst).bits === 0) throw new Error(`refusing to route ${r.dst} through ${device}`);
+    if (r.dst.endsWith('/0')) throw new Error(`refusing to route ${r.dst} through ${device}`);
   }
   const mtuText = (r: WantedRoute) => (r.mtu === undefined ? '' : ` mtu ${r.mtu}`);
   const report: RouteReport = { added: [], removed: [], changed: [], conflicts: [] };
   for (const family of [4, 6] as const) {
-    const want = desired.filter((r) => prefixFamily(parsePrefix(r.dst)) === family);
+    const want = family === 4 ? desired.v4 : desired.v6;
     const wanted = new Set(want.map((r) => r.dst));
     const have = new Map((await listOwnRoutes(device, family, protocol, runner)).map((r) => [r.dst, r]));
     const missing = want.filter((r) => !have.has(r.dst));
