@@ -8,7 +8,8 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   configureTunnelInterface, gatewayAddressesFor, parseGlobalAddresses, parseRouteDestinations,
-  reconcileAddresses, reconcileRoutes, removeRoutes, setLinkMtuUp, summarizeWanted, DEFAULT_ROUTE_PROTOCOL,
+  parseJsonArrays, reconcileAddresses, reconcileRoutes, removeRoutes, setLinkMtuUp, summarizeWanted,
+  DEFAULT_ROUTE_PROTOCOL, EXACT_LOOKUP_LIMIT,
   type WantedRoute,
 } from '../../control/host/routes.ts';
 import { parseCidrList, summarizePrefixes } from '../../control/host/cidrs.ts';
@@ -29,23 +30,33 @@ function fakeIp(initial: { routes?: Route[]; addresses?: string[] } = {}) {
     const a = [...args];
     log.push(a.join(' '));
     if (a.includes('-batch')) {
-      // `ip -4 [-force] -batch -`: each line of the input is one command (logged as `< line`);
-      // the first failure ends the batch unless -force, and any failure makes the exit code 1.
+      // `ip [-j] -4 [-force] -batch -`: each line of the input is one command (logged as `< line`)
+      // run with the options before -batch; the first failure ends the batch unless -force, and
+      // any failure makes the exit code 1. What the commands print is printed one after another.
       assert.deepEqual(a.slice(-2), ['-batch', '-']);
+      const prefix = a.slice(0, -2).filter((x) => x !== '-force');
+      let stdout = '';
       let stderr = '';
       for (const [i, line] of (options?.input ?? '').split('\n').filter(Boolean).entries()) {
         log.push(`< ${line}`);
-        const result = await apply([a[0], ...line.split(' ')]);
+        const result = await apply([...prefix, ...line.split(' ')]);
+        stdout += result.stdout;
         if (result.code !== 0) {
           stderr += `${result.stderr}Command failed -:${i + 1}\n`;
           if (!a.includes('-force')) break;
         }
       }
-      return { command: `ip ${a.join(' ')}`, code: stderr ? 1 : 0, signal: null, stdout: '', stderr };
+      return { command: `ip ${a.join(' ')}`, code: stderr ? 1 : 0, signal: null, stdout, stderr };
     }
     return apply(a);
   };
   const apply = async (a: string[]) => {
+    if (a[0] === '-j' && a[2] === 'route' && a[3] === 'show' && a[4] === 'exact') {
+      assert.deepEqual(a.slice(6), ['table', 'main']);
+      const shown = routes.filter((r) => r.dst === a[5]);
+      // Like some iproute2 versions: nothing at all (not "[]") when nothing matches.
+      return ok(shown.length === 0 ? '' : JSON.stringify(shown.map((r) => ({ dst: r.dst.replace(/\/(32|128)$/, ''), dev: r.dev, protocol: r.proto, scope: 'link', flags: [] }))));
+    }
     if (a[0] === '-j' && a[2] === 'route' && a[3] === 'show' && a[4] === 'table') {
       const family = a[1] === '-6' ? 6 : 4;
       const shown = routes.filter((r) => (r.dst.includes(':') ? 6 : 4) === family);
@@ -134,16 +145,20 @@ describe('reconcileRoutes', () => {
     });
     assert.deepEqual(report, { added: ['10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], removed: ['10.244.9.0/24'], changed: [], conflicts: [] });
     assert.deepEqual(ip.log, [
-      // Per family: our routes, the main table (conflict check), one batch of adds, one of deletes.
+      // Per family: our routes, one batch of exact lookups in the main table (the conflict
+      // check), one batch of adds, one of deletes.
       `-j -4 route show dev rg0 proto ${P}`,
-      '-j -4 route show table main',
+      '-j -4 -batch -',
+      '< route show exact 10.244.4.0/24 table main',
+      '< route show exact 10.244.5.7/32 table main',
       '-4 -force -batch -',
       `< route add 10.244.4.0/24 dev rg0 proto ${P}`,
       `< route add 10.244.5.7/32 dev rg0 proto ${P}`,
       '-4 -batch -',
       `< route del 10.244.9.0/24 dev rg0 proto ${P}`,
       `-j -6 route show dev rg0 proto ${P}`,
-      '-j -6 route show table main',
+      '-j -6 -batch -',
+      '< route show exact fd00:10:244:2::/64 table main',
       '-6 -force -batch -',
       `< route add fd00:10:244:2::/64 dev rg0 proto ${P}`,
     ]);
@@ -184,6 +199,22 @@ describe('reconcileRoutes', () => {
     assert.ok(!ip.log.some((l) => / route (add|replace|del) (192\.168\.1|fd00:10:244:2|10\.244\.3)/.test(l)), ip.log.join('\n'));
   });
 
+  test('the conflict check: exact lookups in one batch up to EXACT_LOOKUP_LIMIT adds, one listing of the main table beyond', async () => {
+    const slash24 = (i: number) => `10.${(i * 2) >> 8}.${(i * 2) & 255}.0/24`; // never siblings: no merging
+    const foreign = (i: number) => ({ dst: slash24(i), dev: 'eth0', proto: 'static' });
+    for (const count of [EXACT_LOOKUP_LIMIT, EXACT_LOOKUP_LIMIT + 1]) {
+      const ip = fakeIp({ routes: [foreign(3), foreign(count - 1)] });
+      const cidrs = Array.from({ length: count }, (_, i) => slash24(i));
+      const report = await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs });
+      assert.deepEqual(report.conflicts, [{ dst: slash24(3), existing: 'dev eth0 proto static' }, { dst: slash24(count - 1), existing: 'dev eth0 proto static' }], `${count} adds`);
+      assert.equal(report.added.length, count - 2);
+      const commands = ip.log.filter((l) => !l.startsWith('< '));
+      const check = count > EXACT_LOOKUP_LIMIT ? '-j -4 route show table main' : '-j -4 -batch -';
+      assert.deepEqual(commands, [`-j -4 route show dev rg0 proto ${P}`, check, '-4 -force -batch -', `-j -6 route show dev rg0 proto ${P}`], `${count} adds`);
+      assert.equal(ip.log.filter((l) => l.startsWith('< route show exact ')).length, count > EXACT_LOOKUP_LIMIT ? 0 : count);
+    }
+  });
+
   test('a route that appears between the listing and the add is a conflict too (the kernel says EEXIST)', async () => {
     const ip = fakeIp();
     // Someone else's route to 10.244.4.0/24 appears after the listing, just before the batch runs.
@@ -198,7 +229,7 @@ describe('reconcileRoutes', () => {
 
   test('a batch that fails for another reason than EEXIST is an error naming the command', async () => {
     const ip = fakeIp();
-    const broken: typeof ip.runner = async (cmd, args, options) => (args.includes('-batch')
+    const broken: typeof ip.runner = async (cmd, args, options) => (args.includes('-force')
       ? { command: `ip ${args.join(' ')}`, code: 1, signal: null, stdout: '', stderr: 'Error: Nexthop device is not up.\nCommand failed -:1\n' }
       : ip.runner(cmd, args, options));
     await assert.rejects(reconcileRoutes({ device: 'rg0', runner: broken, cidrs: ['10.244.4.0/24'] }), /cannot add routes through rg0: ip -4 -force -batch - exited 1: Error: Nexthop device is not up/);
@@ -211,6 +242,17 @@ describe('reconcileRoutes', () => {
     await assert.rejects(reconcileRoutes({ device: 'rg0 dev eth0', runner: ip.runner, cidrs: [] }), /bad interface name/);
     await assert.rejects(reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: [], protocol: 2 }), /route protocol must be an integer 5\.\.255/);
     assert.deepEqual(ip.log, []);
+  });
+
+  test('`ip -j -batch` output: arrays one after another, empty results printed or not, strings skipped over', () => {
+    assert.deepEqual(parseJsonArrays('[{"dst":"10.0.0.0/24","dev":"a]["}]\n[]\n\n[{"dst":"10.0.1.0/24"},{"dst":"x\\"]"}]\n', 'x'), [
+      { dst: '10.0.0.0/24', dev: 'a][' }, { dst: '10.0.1.0/24' }, { dst: 'x"]' },
+    ]);
+    assert.deepEqual(parseJsonArrays('', 'x'), []);
+    assert.throws(() => parseJsonArrays('[{"dst":1}', 'lookups'), /cannot parse lookups: it ends inside an array/);
+    assert.throws(() => parseJsonArrays('[] oops []', 'lookups'), /cannot parse lookups: unexpected "o" at offset 3 between arrays/);
+    assert.throws(() => parseJsonArrays('{"dst":1}', 'lookups'), /cannot parse lookups: expected a JSON array/);
+    assert.throws(() => parseJsonArrays('[]]', 'lookups'), /unbalanced "\]" at offset 2/);
   });
 
   test('route listings: host routes get their length, non-address entries are skipped', () => {
