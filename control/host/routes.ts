@@ -10,7 +10,9 @@
  *   network (which the remote node's filter accepts and its masquerade leaves alone).
  * - Link: MTU and up.
  *
- * Reconciling is list → diff → change, per family; listing again finds nothing to do.
+ * Reconciling is list → diff → change, per family; listing again finds nothing to do. Routes can
+ * also be reconciled against what the previous pass left ({@link AppliedRoutes}) instead of a
+ * listing, so that a pass at 5 000 Nodes costs what changed rather than what exists.
  */
 import { formatIp, formatPrefix, parseIp, parsePrefix, type Prefix } from '../../dataplane/net/ip.ts';
 import { canonicalPrefixes, gatewayAddress, parseCidr, parseCidrList, summarizePrefixes } from './cidrs.ts';
@@ -144,6 +146,27 @@ export interface RouteReconcileOptions {
   /** Default {@link DEFAULT_ROUTE_PROTOCOL}. */
   protocol?: number;
   runner?: CommandRunner;
+  /**
+   * What the previous successful call left (its `report.applied`): our routes are then taken from
+   * it instead of being listed. Pass it only on passes that are not meant to resync with the
+   * kernel, and drop it after any failure (see {@link reconcileRoutes}).
+   */
+  applied?: AppliedRoutes;
+}
+
+/**
+ * Our routes as a successful {@link reconcileRoutes} left them on the kernel, per family:
+ * destination (canonical) → MTU, undefined where the route carries none. Only what that call
+ * listed or did is in it: it is true as long as nobody else adds, changes or deletes routes with
+ * our protocol on the device, and the device is not recreated (the kernel drops a device's routes
+ * with it).
+ */
+export interface AppliedRoutes {
+  /** The device and protocol the routes were reconciled for; a call for others refuses them. */
+  readonly device: string;
+  readonly protocol: number;
+  readonly v4: ReadonlyMap<string, number | undefined>;
+  readonly v6: ReadonlyMap<string, number | undefined>;
 }
 
 /** Our routes (this protocol) on `device` of one family, canonical, with their MTUs. */
@@ -344,6 +367,124 @@ export interface RouteReport extends ReconcileReport {
   changed: string[];
   /** Wanted destinations left alone because a route that is not ours already goes there. */
   conflicts: RouteConflict[];
+  /** Our routes after this call: the `applied` to pass to the next one. */
+  applied: AppliedRoutes;
+}
+
+/** Destination → MTU of routes as listed or wanted. */
+function routeMap(routes: readonly WantedRoute[]): Map<string, number | undefined> {
+  return new Map(routes.map((r) => [r.dst, r.mtu]));
+}
+
+function mtuText(route: WantedRoute): string {
+  return route.mtu === undefined ? '' : ` mtu ${route.mtu}`;
+}
+
+/** Refuses an `applied` that is not a previous report's for this device and protocol. */
+function checkApplied(applied: AppliedRoutes, device: string, protocol: number): AppliedRoutes {
+  if (typeof applied !== 'object' || applied === null || !(applied.v4 instanceof Map) || !(applied.v6 instanceof Map)) {
+    throw new Error('applied must be the `applied` of a previous reconcileRoutes report (per family a Map of destination to MTU)');
+  }
+  if (applied.device !== device || applied.protocol !== protocol) {
+    throw new Error(`applied routes are those of device ${applied.device} protocol ${applied.protocol}, not of ${device} protocol ${protocol}: reconcile without them to list the device's routes`);
+  }
+  return applied;
+}
+
+/** What one family needs: routes to add, ours to give another MTU, ours no longer wanted. */
+interface RouteDiff {
+  missing: WantedRoute[];
+  retuned: WantedRoute[];
+  extra: string[];
+}
+
+function diffRoutes(want: readonly WantedRoute[], have: ReadonlyMap<string, number | undefined>): RouteDiff {
+  const wanted = new Set<string>();
+  const missing: WantedRoute[] = [];
+  const retuned: WantedRoute[] = [];
+  for (const route of want) {
+    wanted.add(route.dst);
+    if (!have.has(route.dst)) missing.push(route);
+    else if (have.get(route.dst) !== route.mtu) retuned.push(route);
+  }
+  const extra = [...have.keys()].filter((dst) => !wanted.has(dst));
+  return { missing, retuned, extra };
+}
+
+/** What every step of one call shares. */
+interface RouteContext {
+  device: string;
+  protocol: number;
+  runner: CommandRunner;
+  report: RouteReport;
+}
+
+/** Our own routes (this protocol, this device) with another MTU: changed in place, which never cuts traffic. */
+async function changeMtus(ctx: RouteContext, family: 4 | 6, routes: readonly WantedRoute[], state: Map<string, number | undefined>): Promise<void> {
+  await runChecked(ctx.runner, `set the MTU of ${routes.length} route(s) through ${ctx.device}`, 'ip', [`-${family}`, '-batch', '-'], {
+    input: routes.map((r) => `route change ${r.dst} dev ${ctx.device} proto ${ctx.protocol}${mtuText(r)}\n`).join(''),
+  });
+  for (const r of routes) state.set(r.dst, r.mtu);
+  ctx.report.changed.push(...routes.map((r) => r.dst));
+}
+
+/**
+ * Adds the missing routes whose destination is free; a destination with a route that is not ours
+ * is a conflict. Returns our routes afterwards: `state` with the adds, or, when some add met a
+ * route that appeared meanwhile, a fresh listing.
+ */
+async function addRoutes(ctx: RouteContext, family: 4 | 6, missing: readonly WantedRoute[], state: Map<string, number | undefined>): Promise<Map<string, number | undefined>> {
+  const { device, protocol, runner, report } = ctx;
+  const foreign = await findForeignRoutes(runner, family, missing.map((r) => r.dst), device, protocol);
+  const free: WantedRoute[] = [];
+  for (const route of missing) {
+    const conflicts = foreign.get(route.dst);
+    if (conflicts) report.conflicts.push(...conflicts);
+    else free.push(route);
+  }
+  if (free.length === 0) return state;
+  // `add`, not `replace`: should a route appear between the check and now, the kernel refuses
+  // (EEXIST) and that is a conflict too. `-force` goes on past such a line.
+  const added = await runner('ip', [`-${family}`, '-force', '-batch', '-'], { input: free.map((r) => `route add ${r.dst} dev ${device} proto ${protocol}${mtuText(r)}\n`).join('') });
+  if (added.code === 0) {
+    for (const r of free) state.set(r.dst, r.mtu);
+    report.added.push(...free.map((r) => r.dst));
+    return state;
+  }
+  const failures = added.stderr.split('\n').filter((line) => /^RTNETLINK answers:|^Error:/.test(line));
+  if (failures.length === 0 || !failures.every((line) => /File exists/i.test(line))) {
+    throw new Error(`cannot add routes through ${device}: ${added.command} exited ${added.code}: ${added.stderr.trim()}`);
+  }
+  // Which lines failed, the batch does not say: the listing does.
+  const now = routeMap(await listOwnRoutes(device, family, protocol, runner));
+  for (const { dst } of free) {
+    if (now.has(dst)) report.added.push(dst);
+    else report.conflicts.push({ dst, existing: 'a route created meanwhile' });
+  }
+  return now;
+}
+
+async function deleteRoutes(ctx: RouteContext, family: 4 | 6, extra: readonly string[], state: Map<string, number | undefined>): Promise<void> {
+  await runChecked(ctx.runner, `remove ${extra.length} route(s) through ${ctx.device}`, 'ip', [`-${family}`, '-batch', '-'], {
+    input: extra.map((dst) => `route del ${dst} dev ${ctx.device} proto ${ctx.protocol}\n`).join(''),
+  });
+  for (const dst of extra) state.delete(dst);
+  ctx.report.removed.push(...extra);
+}
+
+/**
+ * One family: our routes from `known` or else a listing, then the MTU changes, the adds and the
+ * deletes. Returns our routes afterwards (`known` itself when nothing changed).
+ */
+async function reconcileFamily(ctx: RouteContext, family: 4 | 6, want: readonly WantedRoute[], known: ReadonlyMap<string, number | undefined> | undefined): Promise<ReadonlyMap<string, number | undefined>> {
+  const have = known ?? routeMap(await listOwnRoutes(ctx.device, family, ctx.protocol, ctx.runner));
+  const { missing, retuned, extra } = diffRoutes(want, have);
+  if (missing.length === 0 && retuned.length === 0 && extra.length === 0) return have;
+  let state = new Map(have);
+  if (retuned.length > 0) await changeMtus(ctx, family, retuned, state);
+  if (missing.length > 0) state = await addRoutes(ctx, family, missing, state);
+  if (extra.length > 0) await deleteRoutes(ctx, family, extra, state);
+  return state;
 }
 
 /**
@@ -354,67 +495,37 @@ export interface RouteReport extends ReconcileReport {
  *
  * The number of commands does not grow with the number of routes changed (a Node joining or
  * leaving a 5 000-node cluster can re-split the summarized pod CIDRs into dozens of routes): per
- * family one listing of ours, one listing of the main table when something is to be added (the
- * conflict check), and one `ip -batch` each for the adds, the MTU changes and the deletes.
+ * family one listing of ours (none with `applied`), one command for the conflict check when
+ * something is to be added (see {@link EXACT_LOOKUP_LIMIT}), and one `ip -batch` each for the MTU
+ * changes, the adds and the deletes (plus a listing of ours when an add met a route that appeared
+ * meanwhile).
+ *
+ * With `options.applied` our routes are not listed: the wanted routes are compared with what the
+ * previous call left, so a pass that adds one route and removes another runs three short commands
+ * (a lookup, an add, a delete), and a family where nothing changed runs none. The caller:
+ * - passes the previous successful call's `report.applied`, and only on passes that are not meant
+ *   to resync: the first pass, a periodic full pass and a pass after the tunnel device may have
+ *   been recreated go without it, and so list and repair whatever changed behind our back;
+ * - drops it after any failure: a call that throws may have run some of its batches, so what it
+ *   left is unknown until the next listing.
+ * A route of ours deleted by someone else is only re-added by a pass without `applied`; a delete
+ * or MTU change of a route that vanished fails the call (and the caller then lists).
  */
 export async function reconcileRoutes(options: RouteReconcileOptions): Promise<RouteReport> {
   const device = validateDeviceName(options.device);
   const protocol = validateProtocol(options.protocol ?? DEFAULT_ROUTE_PROTOCOL);
   const runner = options.runner ?? systemRunner;
+  const known = options.applied === undefined ? undefined : checkApplied(options.applied, device, protocol);
   const desired = summarizeWanted(options.cidrs);
   for (const r of [...desired.v4, ...desired.v6]) {
     // A /0 through the tunnel would take the host's own default route, and its underlay with it.
     if (r.dst.endsWith('/0')) throw new Error(`refusing to route ${r.dst} through ${device}`);
   }
-  const mtuText = (r: WantedRoute) => (r.mtu === undefined ? '' : ` mtu ${r.mtu}`);
-  const report: RouteReport = { added: [], removed: [], changed: [], conflicts: [] };
-  for (const family of [4, 6] as const) {
-    const want = family === 4 ? desired.v4 : desired.v6;
-    const wanted = new Set(want.map((r) => r.dst));
-    const have = new Map((await listOwnRoutes(device, family, protocol, runner)).map((r) => [r.dst, r]));
-    const missing = want.filter((r) => !have.has(r.dst));
-    // Our own routes (this protocol, this device) with another MTU: changed in place, which never cuts traffic.
-    const retuned = want.filter((r) => have.has(r.dst) && have.get(r.dst)!.mtu !== r.mtu);
-    if (retuned.length > 0) {
-      await runChecked(runner, `set the MTU of ${retuned.length} route(s) through ${device}`, 'ip', [`-${family}`, '-batch', '-'], {
-        input: retuned.map((r) => `route change ${r.dst} dev ${device} proto ${protocol}${mtuText(r)}\n`).join(''),
-      });
-      report.changed.push(...retuned.map((r) => r.dst));
-    }
-    if (missing.length > 0) {
-      const foreign = await findForeignRoutes(runner, family, missing.map((r) => r.dst), device, protocol);
-      const free: WantedRoute[] = [];
-      for (const route of missing) {
-        const conflicts = foreign.get(route.dst);
-        if (conflicts) report.conflicts.push(...conflicts);
-        else free.push(route);
-      }
-      if (free.length > 0) {
-        // `add`, not `replace`: should a route appear between the listing and now, the kernel
-        // refuses (EEXIST) and that is a conflict too. `-force` goes on past such a line.
-        const added = await runner('ip', [`-${family}`, '-force', '-batch', '-'], { input: free.map((r) => `route add ${r.dst} dev ${device} proto ${protocol}${mtuText(r)}\n`).join('') });
-        if (added.code === 0) report.added.push(...free.map((r) => r.dst));
-        else {
-          const failures = added.stderr.split('\n').filter((line) => /^RTNETLINK answers:|^Error:/.test(line));
-          if (failures.length === 0 || !failures.every((line) => /File exists/i.test(line))) {
-            throw new Error(`cannot add routes through ${device}: ${added.command} exited ${added.code}: ${added.stderr.trim()}`);
-          }
-          const now = new Set((await listOwnRoutes(device, family, protocol, runner)).map((r) => r.dst));
-          for (const { dst } of free) {
-            if (now.has(dst)) report.added.push(dst);
-            else report.conflicts.push({ dst, existing: 'a route created meanwhile' });
-          }
-        }
-      }
-    }
-    const extra = [...have.keys()].filter((dst) => !wanted.has(dst));
-    if (extra.length > 0) {
-      await runChecked(runner, `remove ${extra.length} route(s) through ${device}`, 'ip', [`-${family}`, '-batch', '-'], {
-        input: extra.map((dst) => `route del ${dst} dev ${device} proto ${protocol}\n`).join(''),
-      });
-      report.removed.push(...extra);
-    }
-  }
+  const report: RouteReport = { added: [], removed: [], changed: [], conflicts: [], applied: { device, protocol, v4: new Map(), v6: new Map() } };
+  const ctx: RouteContext = { device, protocol, runner, report };
+  const v4 = await reconcileFamily(ctx, 4, desired.v4, known?.v4);
+  const v6 = await reconcileFamily(ctx, 6, desired.v6, known?.v6);
+  report.applied = { device, protocol, v4, v6 };
   return report;
 }
 

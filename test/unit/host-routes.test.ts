@@ -10,7 +10,7 @@ import {
   configureTunnelInterface, gatewayAddressesFor, parseGlobalAddresses, parseRouteDestinations,
   parseJsonArrays, reconcileAddresses, reconcileRoutes, removeRoutes, setLinkMtuUp, summarizeWanted,
   DEFAULT_ROUTE_PROTOCOL, EXACT_LOOKUP_LIMIT,
-  type WantedRoute,
+  type AppliedRoutes, type RouteReport, type WantedRoute,
 } from '../../control/host/routes.ts';
 import { parseCidrList, summarizePrefixes } from '../../control/host/cidrs.ts';
 import { formatPrefix } from '../../dataplane/net/ip.ts';
@@ -109,6 +109,24 @@ function fakeIp(initial: { routes?: Route[]; addresses?: string[] } = {}) {
 
 const P = String(DEFAULT_ROUTE_PROTOCOL);
 
+/** A report without `applied`: what the call changed. */
+function changes({ applied: _applied, ...rest }: RouteReport) {
+  return rest;
+}
+
+/** `applied` as plain sorted pairs per family, to compare with the fake's routes. */
+function appliedPairs(applied: AppliedRoutes) {
+  const pairs = (m: ReadonlyMap<string, number | undefined>) => [...m].sort(([a], [b]) => a.localeCompare(b));
+  return { v4: pairs(applied.v4), v6: pairs(applied.v6) };
+}
+
+/** Our routes (rg0, our protocol) in the fake, as {@link appliedPairs} shows `applied`. */
+function ownPairs(routes: readonly Route[], device = 'rg0') {
+  const ours = routes.filter((r) => r.dev === device && r.proto === P).map((r) => [r.dst, r.mtu] as [string, number | undefined]);
+  const sorted = (list: Array<[string, number | undefined]>) => list.sort(([a], [b]) => a.localeCompare(b));
+  return { v4: sorted(ours.filter(([d]) => !d.includes(':'))), v6: sorted(ours.filter(([d]) => d.includes(':'))) };
+}
+
 describe('reconcileRoutes', () => {
   test('routes carry their MTU: added with it, changed in place, cleared; only equal MTUs are summarized', async () => {
     const ip = fakeIp();
@@ -116,16 +134,16 @@ describe('reconcileRoutes', () => {
       device: 'rg0', runner: ip.runner,
       cidrs: [{ dst: '10.244.2.0/24', mtu: 1216 }, '10.244.3.0/24', { dst: 'fd00:10:244:2::/64', mtu: 1216 }, '10.244.2.1/32'],
     });
-    assert.deepEqual(first, { added: ['10.244.2.0/24', '10.244.2.1/32', '10.244.3.0/24', 'fd00:10:244:2::/64'], removed: [], changed: [], conflicts: [] });
+    assert.deepEqual(changes(first), { added: ['10.244.2.0/24', '10.244.2.1/32', '10.244.3.0/24', 'fd00:10:244:2::/64'], removed: [], changed: [], conflicts: [] });
     assert.ok(ip.log.includes(`< route add 10.244.2.0/24 dev rg0 proto ${P} mtu 1216`), ip.log.join('\n'));
     assert.ok(ip.log.includes(`< route add fd00:10:244:2::/64 dev rg0 proto ${P} mtu 1216`));
     assert.ok(ip.log.includes(`< route add 10.244.3.0/24 dev rg0 proto ${P}`));
     // The same wish again: nothing to do.
     const again = ['10.244.3.0/24', { dst: '10.244.2.0/24', mtu: 1216 }, '10.244.2.1/32', { dst: 'fd00:10:244:2::/64', mtu: 1216 }];
-    assert.deepEqual(await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: again }), { added: [], removed: [], changed: [], conflicts: [] });
+    assert.deepEqual(changes(await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: again })), { added: [], removed: [], changed: [], conflicts: [] });
     // The path grew back: the MTU goes (in place, no delete), and now the two /24 merge into a /23 and the /32 is covered.
     const grown = await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.244.2.0/24', '10.244.3.0/24', '10.244.2.1/32', { dst: 'fd00:10:244:2::/64', mtu: 1300 }] });
-    assert.deepEqual(grown, { added: ['10.244.2.0/23'], removed: ['10.244.2.0/24', '10.244.2.1/32', '10.244.3.0/24'], changed: ['fd00:10:244:2::/64'], conflicts: [] });
+    assert.deepEqual(changes(grown), { added: ['10.244.2.0/23'], removed: ['10.244.2.0/24', '10.244.2.1/32', '10.244.3.0/24'], changed: ['fd00:10:244:2::/64'], conflicts: [] });
     assert.deepEqual(ip.routes.map((r) => [r.dst, r.mtu]).sort(), [['10.244.2.0/23', undefined], ['fd00:10:244:2::/64', 1300]]);
     await assert.rejects(reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: [{ dst: '10.244.9.0/24', mtu: 100 }] }), /route MTU must be an integer 576\.\.65535, got 100/);
   });
@@ -143,7 +161,7 @@ describe('reconcileRoutes', () => {
       device: 'rg0', runner: ip.runner,
       cidrs: ['10.244.2.0/24', '10.244.4.0/25', '10.244.4.128/25', 'fd00:10:244:2::/64', '10.244.5.7/32'],
     });
-    assert.deepEqual(report, { added: ['10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], removed: ['10.244.9.0/24'], changed: [], conflicts: [] });
+    assert.deepEqual(changes(report), { added: ['10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], removed: ['10.244.9.0/24'], changed: [], conflicts: [] });
     assert.deepEqual(ip.log, [
       // Per family: our routes, one batch of exact lookups in the main table (the conflict
       // check), one batch of adds, one of deletes.
@@ -166,10 +184,10 @@ describe('reconcileRoutes', () => {
     assert.ok(ip.routes.some((r) => r.dst === '10.244.3.0/24' && r.dev === 'eth0'));
 
     ip.log.length = 0;
-    assert.deepEqual(await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.244.5.7/32', 'fd00:10:244:2::/64', '10.244.4.0/24', '10.244.2.0/24'] }), { added: [], removed: [], changed: [], conflicts: [] });
+    assert.deepEqual(changes(await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.244.5.7/32', 'fd00:10:244:2::/64', '10.244.4.0/24', '10.244.2.0/24'] })), { added: [], removed: [], changed: [], conflicts: [] });
     assert.equal(ip.log.length, 2, 'only the two listings');
 
-    assert.deepEqual(await removeRoutes({ device: 'rg0', runner: ip.runner }), {
+    assert.deepEqual(changes(await removeRoutes({ device: 'rg0', runner: ip.runner })), {
       added: [], removed: ['10.244.2.0/24', '10.244.4.0/24', '10.244.5.7/32', 'fd00:10:244:2::/64'], changed: [], conflicts: [],
     });
     assert.deepEqual(ip.routes.map((r) => r.dst).sort(), ['10.244.3.0/24', '192.168.7.0/24']);
@@ -223,7 +241,7 @@ describe('reconcileRoutes', () => {
       return ip.runner(cmd, args, options);
     };
     const report = await reconcileRoutes({ device: 'rg0', runner: racing, cidrs: ['10.244.4.0/24', '10.244.6.0/24'] });
-    assert.deepEqual(report, { added: ['10.244.6.0/24'], removed: [], changed: [], conflicts: [{ dst: '10.244.4.0/24', existing: 'a route created meanwhile' }] }, 'the rest of the batch still lands');
+    assert.deepEqual(changes(report), { added: ['10.244.6.0/24'], removed: [], changed: [], conflicts: [{ dst: '10.244.4.0/24', existing: 'a route created meanwhile' }] }, 'the rest of the batch still lands');
     assert.deepEqual(ip.routes.filter((r) => r.dst === '10.244.4.0/24'), [{ dst: '10.244.4.0/24', dev: 'eth0', proto: 'static' }], 'the other route is left as it is');
   });
 
@@ -261,6 +279,117 @@ describe('reconcileRoutes', () => {
     ])), ['10.9.0.0/24', '10.9.1.5/32', 'fd00:9::5/128']);
     assert.deepEqual(parseRouteDestinations(''), []);
     assert.throws(() => parseRouteDestinations('{"dst":1}'), /expected a JSON array/);
+  });
+});
+
+describe('reconcileRoutes with the routes the previous call applied', () => {
+  const slash24 = (i: number) => `10.${(i * 2) >> 8}.${(i * 2) & 255}.0/24`; // never siblings: no merging
+
+  test('a pass adding one route and removing one runs no listing of ours and no listing of the main table', async () => {
+    const base = Array.from({ length: 200 }, (_, i) => slash24(i));
+    const ip = fakeIp({ routes: [{ dst: '10.99.0.0/24', dev: 'eth0', proto: 'kernel' }] });
+    const first = await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: [...base, 'fd00:10:244:2::/64'] });
+    assert.equal(first.added.length, 201);
+    assert.deepEqual(appliedPairs(first.applied), ownPairs(ip.routes));
+
+    const next = [...base.slice(1), slash24(500), 'fd00:10:244:2::/64'];
+    ip.log.length = 0;
+    const delta = await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: next, applied: first.applied });
+    assert.deepEqual(changes(delta), { added: [slash24(500)], removed: [slash24(0)], changed: [], conflicts: [] });
+    assert.deepEqual(ip.log, [
+      '-j -4 -batch -',
+      `< route show exact ${slash24(500)} table main`,
+      '-4 -force -batch -',
+      `< route add ${slash24(500)} dev rg0 proto ${P}`,
+      '-4 -batch -',
+      `< route del ${slash24(0)} dev rg0 proto ${P}`,
+    ], 'nothing for IPv6, where nothing changed');
+    assert.deepEqual(appliedPairs(delta.applied), ownPairs(ip.routes));
+    assert.equal(delta.applied.v6, first.applied.v6, 'an unchanged family keeps its map');
+    assert.deepEqual(appliedPairs(first.applied).v4.length, 200, 'the caller\'s applied is not changed');
+
+    // The same change without `applied`: today's pass, listing ours in both families.
+    ip.log.length = 0;
+    const full = await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: [...base, 'fd00:10:244:2::/64'] });
+    assert.deepEqual(changes(full), { added: [slash24(0)], removed: [slash24(500)], changed: [], conflicts: [] });
+    assert.deepEqual(ip.log.filter((l) => !l.startsWith('< ')), [
+      `-j -4 route show dev rg0 proto ${P}`, '-j -4 -batch -', '-4 -force -batch -', '-4 -batch -', `-j -6 route show dev rg0 proto ${P}`,
+    ]);
+
+    // Nothing changed: nothing runs at all.
+    ip.log.length = 0;
+    const idle = await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: [...base, 'fd00:10:244:2::/64'], applied: full.applied });
+    assert.deepEqual(changes(idle), { added: [], removed: [], changed: [], conflicts: [] });
+    assert.deepEqual(ip.log, []);
+  });
+
+  test('with applied: MTU changes in place, conflicts are left alone, a route that appeared meanwhile is listed', async () => {
+    const ip = fakeIp({ routes: [{ dst: '10.244.7.0/24', dev: 'eth0', proto: 'static' }] });
+    const first = await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.244.2.0/24', { dst: 'fd00:10:244:2::/64', mtu: 1300 }] });
+    ip.log.length = 0;
+    const retuned = await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: [{ dst: '10.244.2.0/24', mtu: 1280 }, 'fd00:10:244:2::/64', '10.244.7.0/24'], applied: first.applied });
+    assert.deepEqual(changes(retuned), {
+      added: [], removed: [], changed: ['10.244.2.0/24', 'fd00:10:244:2::/64'], conflicts: [{ dst: '10.244.7.0/24', existing: 'dev eth0 proto static' }],
+    });
+    assert.deepEqual(ip.log.filter((l) => !l.startsWith('< ')), ['-4 -batch -', '-j -4 -batch -', '-6 -batch -']);
+    assert.deepEqual(appliedPairs(retuned.applied), ownPairs(ip.routes));
+    assert.deepEqual(ip.routes.find((r) => r.dst === '10.244.7.0/24'), { dst: '10.244.7.0/24', dev: 'eth0', proto: 'static' });
+
+    // Someone else's route appears after the lookup: the add fails with EEXIST, ours are listed.
+    const racing: typeof ip.runner = async (cmd, args, options) => {
+      if (args.includes('-force') && options?.input?.includes('route add 10.244.4.0/24 ')) ip.routes.push({ dst: '10.244.4.0/24', dev: 'eth0', proto: 'static' });
+      return ip.runner(cmd, args, options);
+    };
+    ip.log.length = 0;
+    const raced = await reconcileRoutes({ device: 'rg0', runner: racing, cidrs: [{ dst: '10.244.2.0/24', mtu: 1280 }, 'fd00:10:244:2::/64', '10.244.4.0/24', '10.244.6.0/24'], applied: retuned.applied });
+    assert.deepEqual(changes(raced), { added: ['10.244.6.0/24'], removed: [], changed: [], conflicts: [{ dst: '10.244.4.0/24', existing: 'a route created meanwhile' }] });
+    assert.ok(ip.log.includes(`-j -4 route show dev rg0 proto ${P}`), 'which adds failed, only a listing tells');
+    assert.deepEqual(appliedPairs(raced.applied), ownPairs(ip.routes));
+  });
+
+  test('an applied that is not a previous report\'s for this device and protocol is refused before anything runs', async () => {
+    const ip = fakeIp();
+    const { applied } = await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: ['10.244.2.0/24'] });
+    ip.log.length = 0;
+    await assert.rejects(reconcileRoutes({ device: 'rg1', runner: ip.runner, cidrs: [], applied }), /applied routes are those of device rg0 protocol 147, not of rg1 protocol 147/);
+    await assert.rejects(reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: [], applied, protocol: 200 }), /not of rg0 protocol 200/);
+    await assert.rejects(reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs: [], applied: { device: 'rg0', protocol: 147, v4: {}, v6: {} } as unknown as AppliedRoutes }), /applied must be the `applied` of a previous reconcileRoutes report/);
+    assert.deepEqual(ip.log, []);
+  });
+
+  test('a random sequence of wanted sets, applied carried along: the fake\'s routes are always the summarized wish', async () => {
+    const random = prng(4711);
+    const neighbour = (i: number) => `10.244.${i}.0/24`; // adjacent: routes merge and split
+    const taken = '10.250.0.5/32'; // someone else's, and never merged into anything
+    const ip = fakeIp({ routes: [{ dst: taken, dev: 'eth0', proto: 'static' }] });
+    let wanted = new Map<string, number | undefined>();
+    let applied: AppliedRoutes | undefined;
+    const seen = { added: 0, removed: 0, changed: 0, conflicts: 0, merged: 0 };
+    for (let step = 0; step < 150; step++) {
+      // A few Nodes come and go, some routes get a path MTU.
+      for (let k = Math.floor(random() * 6); k > 0; k--) {
+        const pick = random();
+        const dst = pick < 0.1 ? `fd00:10:244:${Math.floor(random() * 16).toString(16)}::/64` : pick < 0.15 ? taken : neighbour(Math.floor(random() * 32));
+        if (wanted.has(dst) && random() < 0.6) wanted.delete(dst);
+        else wanted.set(dst, random() < 0.2 ? 1280 : undefined);
+      }
+      if (step % 50 === 49) wanted = new Map(); // everything gone, then back
+      const cidrs = [...wanted].map(([dst, mtu]) => (mtu === undefined ? dst : { dst, mtu }));
+      ip.log.length = 0;
+      const report = await reconcileRoutes({ device: 'rg0', runner: ip.runner, cidrs, applied });
+      if (applied) assert.ok(!ip.log.some((l) => l.startsWith('-j -4 route show') || l.startsWith('-j -6 route show')), `step ${step}: ${ip.log.join('\n')}`);
+      applied = report.applied;
+      const expect = summarizeWanted(cidrs);
+      for (const key of ['added', 'removed', 'changed', 'conflicts'] as const) seen[key] += report[key].length;
+      seen.merged += expect.v4.filter((r) => !r.dst.endsWith('/24')).length;
+      const conflicted = new Set(report.conflicts.map((c) => c.dst));
+      assert.deepEqual([...conflicted], wanted.has(taken) ? [taken] : [], `step ${step}`);
+      const wish = (list: WantedRoute[]) => list.filter((r) => !conflicted.has(r.dst)).map((r) => [r.dst, r.mtu] as [string, number | undefined]).sort(([a], [b]) => a.localeCompare(b));
+      assert.deepEqual(ownPairs(ip.routes), { v4: wish(expect.v4), v6: wish(expect.v6) }, `step ${step}`);
+      assert.deepEqual(appliedPairs(applied), ownPairs(ip.routes), `step ${step}`);
+    }
+    assert.deepEqual(ip.routes.filter((r) => r.dev === 'eth0'), [{ dst: taken, dev: 'eth0', proto: 'static' }], 'the foreign route is untouched');
+    assert.ok(Object.values(seen).every((n) => n > 0), `the sequence exercised every kind of change: ${JSON.stringify(seen)}`);
   });
 });
 
