@@ -345,7 +345,7 @@ export function foreignRoutes(json: string, dst: string, device: string, protoco
  * a route dump by table, protocol and device but not by destination, so each lookup still walks
  * the table (iproute2 picks the match), only without printing it. Measured through `ip netns
  * exec` with 10 000 routes: one process with n lookups ~12 + 1.7·n ms (32: ~66 ms), the listing
- * ~52 ms plus ~33 ms to parse its ~800 kB of JSON; even at about 40.
+ * ~52 ms plus ~33 ms to parse its ~800 kB of JSON; the two cost the same at about 40 lookups.
  */
 export const EXACT_LOOKUP_LIMIT = 32;
 
@@ -354,12 +354,17 @@ export const EXACT_LOOKUP_LIMIT = 32;
  * One command whatever the count: a batch of exact lookups for a few, the table for many.
  */
 async function findForeignRoutes(runner: CommandRunner, family: 4 | 6, dsts: readonly string[], device: string, protocol: number): Promise<Map<string, RouteConflict[]>> {
-  const listing = dsts.length > EXACT_LOOKUP_LIMIT
-    ? await runChecked(runner, `list the IPv${family} main routing table`, 'ip', ['-j', `-${family}`, 'route', 'show', 'table', 'main'])
-    : await runChecked(runner, `look up ${dsts.length} destination(s) in the IPv${family} main routing table`, 'ip', ['-j', `-${family}`, '-batch', '-'], {
+  let entries: unknown[];
+  if (dsts.length > EXACT_LOOKUP_LIMIT) {
+    const table = await runChecked(runner, `list the IPv${family} main routing table`, 'ip', ['-j', `-${family}`, 'route', 'show', 'table', 'main']);
+    entries = parseJsonArray(table.stdout, '`ip -j route show table main` output');
+  } else {
+    const lookups = await runChecked(runner, `look up ${dsts.length} destination(s) in the IPv${family} main routing table`, 'ip', ['-j', `-${family}`, '-batch', '-'], {
       input: dsts.map((dst) => `route show exact ${dst} table main\n`).join(''),
     });
-  return foreignRoutesTo(parseJsonArrays(listing.stdout, '`ip -j route show` output'), new Set(dsts), family, device, protocol);
+    entries = parseJsonArrays(lookups.stdout, '`ip -j -batch` output of `route show exact`');
+  }
+  return foreignRoutesTo(entries, new Set(dsts), family, device, protocol);
 }
 
 export interface RouteReport extends ReconcileReport {
