@@ -15,7 +15,7 @@
 import type { AgentLogger } from '../log.ts';
 import { applyRuleset, type RulesetOptions } from '../host/nftables.ts';
 import { planRulesetUpdate, type AppliedRuleset } from '../host/nftables-update.ts';
-import { reconcileRoutes, type RouteConflict, type WantedRoute } from '../host/routes.ts';
+import { reconcileRoutes, type AppliedRoutes, type RouteConflict, type WantedRoute } from '../host/routes.ts';
 import type { CommandRunner } from '../host/runner.ts';
 
 export interface HostState {
@@ -40,6 +40,8 @@ export class HostLane {
   private draining: Promise<void> | undefined;
   /** The routes last applied (JSON of the wanted list); '' when unknown. */
   private routesKey = '';
+  /** What the last route reconcile left (routes.ts): the next one changes only the difference. */
+  private routesApplied: AppliedRoutes | undefined;
   private ruleset: AppliedRuleset | undefined;
   /** Applies that failed, so far. */
   failures = 0;
@@ -69,6 +71,7 @@ export class HostLane {
         await this.applyOne(state);
       } catch (err) {
         this.routesKey = '';
+        this.routesApplied = undefined;
         this.ruleset = undefined;
         this.failures++;
         this.deps.onError(err as Error);
@@ -82,7 +85,10 @@ export class HostLane {
       const key = JSON.stringify(state.routes.cidrs);
       if (state.full || key !== this.routesKey) {
         this.routesKey = '';
-        const report = await reconcileRoutes({ device: state.routes.device, cidrs: state.routes.cidrs, runner });
+        const applied = state.full ? undefined : this.routesApplied;
+        this.routesApplied = undefined;
+        const report = await reconcileRoutes({ device: state.routes.device, cidrs: state.routes.cidrs, runner, applied });
+        this.routesApplied = report.applied;
         this.routesKey = key;
         this.deps.onRouteConflicts(report.conflicts);
       }
