@@ -70,6 +70,8 @@ export interface Change {
   node: string;
   /** performance.now() when the API server had committed it. */
   at: number;
+  /** The public key the change removes from the data plane (a deleted Node's). */
+  removedKey?: string;
   /** True once `peers` reflects the change. */
   landed(peers: ReadonlyMap<string, SeenPeer>): boolean;
 }
@@ -221,7 +223,7 @@ export class SimulatedCluster {
         this.nodes.delete(node.name);
         this.api.deleteNode(node.name);
         const key = node.publicKey;
-        return { kind, node: node.name, at: performance.now(), landed: (peers) => !peers.has(key) };
+        return { kind, node: node.name, at: performance.now(), removedKey: key, landed: (peers) => !peers.has(key) };
       }
       case 'port': {
         const node = this.pickable(touched, 'plain', random);

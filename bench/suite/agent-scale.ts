@@ -132,8 +132,10 @@ export interface AgentScaleResult {
     changes: number;
     byKind: Record<string, number>;
     landed: number;
-    /** Commit in the API server → first `get=1` showing it, ms. */
+    /** Commit in the API server → first `get=1` showing it, ms (resolved to one poll: on the high side). */
     latency: { medianMs: number; p99Ms: number; maxMs: number };
+    /** Change → the agent's set for it was answered (from the agent's log): the data plane had it. */
+    applied: { count: number; medianMs: number; p99Ms: number; maxMs: number };
   };
   final: PeerSetDifference & { expectedPeers: number; seenPeers: number };
   /** Changes that never reached the data plane within the settle time. */
@@ -190,8 +192,23 @@ class Observer {
   }
 }
 
-/** Follows the agent's JSON log for its `reconciled` lines. */
-function followPasses(agent: NsProcess, passes: PassRecord[], lines: string[], logFile?: string): void {
+/** A peer the agent added, updated or removed, as its log says (written once the data plane answered the set). */
+interface PeerActionRecord { wallMs: number; node?: string; keyPrefix?: string }
+
+/**
+ * When the data plane had `change`: the first peer action the agent logged for it at or after the
+ * change (wall clock; the agent logs an action once its `set` was answered, and the data plane
+ * answers a set once applied). Undefined when none was logged.
+ */
+function appliedAt(change: Change, actions: readonly PeerActionRecord[]): number | undefined {
+  const changedAt = performance.timeOrigin + change.at;
+  const prefix = change.removedKey?.slice(0, 8);
+  const found = actions.find((a) => a.wallMs >= Math.floor(changedAt) && (prefix !== undefined ? a.keyPrefix === prefix : a.node === change.node));
+  return found === undefined ? undefined : found.wallMs - changedAt;
+}
+
+/** Follows the agent's JSON log for its `reconciled` lines and its peer actions. */
+function followPasses(agent: NsProcess, passes: PassRecord[], lines: string[], logFile?: string, actions: PeerActionRecord[] = []): void {
   const reader = createInterface({ input: agent.child.stderr! });
   const log = logFile === undefined ? undefined : createWriteStream(logFile);
   reader.on('close', () => log?.end());
@@ -201,6 +218,8 @@ function followPasses(agent: NsProcess, passes: PassRecord[], lines: string[], l
     let record: Record<string, unknown>;
     try { record = JSON.parse(line) as Record<string, unknown>; } catch { return; }
     if (record.msg === 'ready: the Node list is synced and the mesh is configured') lines.push(line);
+    if (record.msg === 'added a peer' || record.msg === 'updated a peer') actions.push({ wallMs: Date.parse(String(record.time)), node: String(record.node) });
+    if (record.msg === 'removed a peer whose key no Node carries') actions.push({ wallMs: Date.parse(String(record.time)), keyPrefix: String(record.key) });
     if (record.msg !== 'reconciled') return;
     passes.push({
       wallMs: Date.parse(String(record.time)), ms: Number(record.ms), full: record.full === true, cpuMs: Number(record.cpuMs),
@@ -266,7 +285,8 @@ export async function runAgentScale(settings: AgentScaleSettings, progress: (lin
     const passes: PassRecord[] = [];
     const readyLines: string[] = [];
     const started = world.startAgent(node, {}, { readyTimeoutMs: settings.startTimeoutMs });
-    followPasses(node.agent!, passes, readyLines, settings.agentLog);
+    const actions: PeerActionRecord[] = [];
+    followPasses(node.agent!, passes, readyLines, settings.agentLog, actions);
     let readyAt: number | undefined;
     void started.then(() => { readyAt = performance.now(); }, () => undefined);
     await started;
@@ -351,6 +371,7 @@ export async function runAgentScale(settings: AgentScaleSettings, progress: (lin
     if (observer.lastError && observer.getMs.length === 0) notes.push(`get=1 failed: ${observer.lastError.message}`);
 
     const latencies = changes.filter((c) => c.landedAt !== undefined).map((c) => c.landedAt! - c.at);
+    const applied = changes.map((c) => appliedAt(c, actions)).filter((v): v is number => v !== undefined);
     const byKind: Record<string, number> = {};
     for (const c of changes) byKind[c.kind] = (byKind[c.kind] ?? 0) + 1;
     return {
@@ -363,6 +384,7 @@ export async function runAgentScale(settings: AgentScaleSettings, progress: (lin
       churn: {
         ...churn, changes: changes.length, byKind, landed: latencies.length,
         latency: { medianMs: median(latencies), p99Ms: percentile(latencies, 99), maxMs: maximum(latencies) },
+        applied: { count: applied.length, medianMs: median(applied), p99Ms: percentile(applied, 99), maxMs: maximum(applied) },
       },
       final: { ...diff, expectedPeers: expected.size, seenPeers: last.size },
       lost: changes.filter((c) => c.landedAt === undefined).map((c) => ({ kind: c.kind, node: c.node })),
@@ -391,8 +413,10 @@ export function renderAgentScale(results: readonly AgentScaleResult[], command: 
     row('start-up: spawn → data plane holds every peer', (r) => ms(r.startup.configuredMs)),
     row('first pass (all peers): time / CPU', (r) => (r.startup.firstPass ? `${ms(r.startup.firstPass.ms)} / ${ms(r.startup.firstPass.cpuMs)}` : '–')),
     row('first pass: UAPI bytes / time', (r) => (r.startup.firstPass ? `${kib((r.startup.firstPass.uapiBytesSent ?? 0) + (r.startup.firstPass.uapiBytesReceived ?? 0))} / ${ms(r.startup.firstPass.uapiMs ?? NaN)}` : '–')),
-    row('change → data plane, median', (r) => ms(r.churn.latency.medianMs)),
-    row('change → data plane, p99 (max)', (r) => `${ms(r.churn.latency.p99Ms)} (${ms(r.churn.latency.maxMs)})`),
+    row('change → data plane applied it (agent\'s set answered), median', (r) => ms(r.churn.applied.medianMs)),
+    row('change → data plane applied it, p99 (max) [changes timed]', (r) => `${ms(r.churn.applied.p99Ms)} (${ms(r.churn.applied.maxMs)}) [${r.churn.applied.count}]`),
+    row('change → observer\'s get=1 showed it, median', (r) => ms(r.churn.latency.medianMs)),
+    row('change → observer\'s get=1 showed it, p99 (max)', (r) => `${ms(r.churn.latency.p99Ms)} (${ms(r.churn.latency.maxMs)})`),
     row('changes made / landed', (r) => `${r.churn.changes} / ${r.churn.landed}`),
     row('final peer set = Nodes', (r) => (isEmptyDifference(r.final) ? `yes (${r.final.seenPeers} peers)` : `NO: ${r.final.missing.length} missing, ${r.final.extra.length} extra, ${r.final.wrong.length} wrong`)),
     row('full resync pass: time / CPU (median)', (r) => `${ms(r.steady.passes.fullMedianMs)} / ${ms(r.steady.passes.fullMedianCpuMs)}`),
