@@ -707,6 +707,8 @@ export class Agent implements AgentStatusSource {
 
     let hostRoutes: HostState['routes'];
     let hostFull = full;
+    /** The data plane came up fresh in this pass: its new interface has no routes yet. */
+    let freshTunnel = false;
     let probes: Array<() => void> = [];
     if (!s.firewallOnly) {
       const besideRead = read || full ? this.takeBesideRead() : undefined;
@@ -790,6 +792,7 @@ export class Agent implements AgentStatusSource {
       const due = s.pathMtuDiscovery && !fromModel ? dueProbes(mesh.peers, mesh.tunnelRoutes, snapshot, this.pathMtus, Date.now()) : [];
       hostRoutes = { device: s.interfaceName, cidrs: routesWithPathMtu(mesh.tunnelRoutes, mesh.peers, this.pathMtus, this.tunnelMtu, s.pathMtuDiscovery) };
       hostFull ||= fresh;
+      freshTunnel = fresh;
       probes = due.map((target) => () => this.probePathMtu(target, snapshot));
       await this.writeCni();
       t = this.step('routes', t);
@@ -809,9 +812,10 @@ export class Agent implements AgentStatusSource {
       },
       full: hostFull,
     });
-    // A resync, the pass that makes the agent ready, and path-MTU probes (each needs the route
-    // to its peer's gateway) wait for the host; other passes go on while it is applied.
-    if (hostFull || !this.ready || probes.length > 0) await host;
+    // The pass that makes the agent ready, one after a fresh data plane (its new interface has
+    // no routes) and one with path-MTU probes (each needs the route to its peer's gateway) wait
+    // for the host; the others, resyncs included, go on while it is applied.
+    if (!this.ready || freshTunnel || probes.length > 0) await host;
     for (const probe of probes) probe();
     t = this.step('nft', t);
     if (this.hostLane.failures > failures) return;
