@@ -18,13 +18,21 @@ import type { Prefix } from '../../dataplane/net/ip.ts';
 
 interface Entry<T> { order: number; value: T }
 
-/** The first `bits` bits of `address` as a map key (the rest are zero), with its family. */
-function networkKey(address: Uint8Array, bits: number): string {
-  let key = address.length === 4 ? '4:' : '6:';
-  const whole = bits >> 3;
-  for (let i = 0; i < whole; i++) key += String.fromCharCode(address[i]);
-  const rest = bits & 7;
-  if (rest > 0) key += String.fromCharCode(address[whole] & ((0xff << (8 - rest)) & 0xff));
+/**
+ * The first `bits` bits of `address` as a map key (the rest are zero): a number for IPv4, eight
+ * 16-bit characters at most for IPv6. Keys are only compared within one family and length.
+ */
+function networkKey(address: Uint8Array, bits: number): number | string {
+  if (address.length === 4) {
+    if (bits === 0) return 0;
+    const value = ((address[0] << 24) | (address[1] << 16) | (address[2] << 8) | address[3]) >>> 0;
+    return (value & (0xffffffff << (32 - bits))) >>> 0;
+  }
+  let key = '';
+  const whole = bits >> 4;
+  for (let i = 0; i < whole; i++) key += String.fromCharCode((address[2 * i] << 8) | address[2 * i + 1]);
+  const rest = bits & 15;
+  if (rest > 0) key += String.fromCharCode(((address[2 * whole] << 8) | address[2 * whole + 1]) & ((0xffff << (16 - rest)) & 0xffff));
   return key;
 }
 
@@ -32,11 +40,11 @@ interface Bucket<T> {
   family: number;
   bits: number;
   /** Network key at `bits` → the first entry with that network. */
-  first: Map<string, Entry<T>>;
+  first: Map<number | string, Entry<T>>;
   /** Every entry with its address, for views at shorter lengths. */
   entries: Array<{ address: Uint8Array; entry: Entry<T> }>;
   /** Shorter length Q → network key at Q → the first entry of this bucket inside that network. */
-  views: Map<number, Map<string, Entry<T>>>;
+  views: Map<number, Map<number | string, Entry<T>>>;
 }
 
 export class PrefixIndex<T> {
@@ -73,7 +81,7 @@ export class PrefixIndex<T> {
     return best?.value;
   }
 
-  private view(bucket: Bucket<T>, shorter: number): Map<string, Entry<T>> {
+  private view(bucket: Bucket<T>, shorter: number): Map<number | string, Entry<T>> {
     let view = bucket.views.get(shorter);
     if (!view) {
       view = new Map();
