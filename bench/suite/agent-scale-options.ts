@@ -20,6 +20,9 @@ requests per minute, and whether the final peer set equals what the Nodes say.
   --steady-seconds S (default ${AGENT_SCALE_DEFAULTS.steadySeconds})
   --nat-every K      every K-th simulated node is behind NAT; 0 = none (default ${AGENT_SCALE_DEFAULTS.natEvery})
   --seed X           seed of the churn's choices (default 18)
+  --poll-ms MS       pause between the observer's get=1 reads (default ${AGENT_SCALE_DEFAULTS.pollIntervalMs}; each read is 2 MB at 5 000 peers, and the
+                     data plane and the bench spend CPU on it that the agent then lacks)
+  --agent-env K=V    extra environment for the agent (repeatable; e.g. NODE_OPTIONS=--cpu-prof)
   --resync-seconds S the agent's RESYNC_INTERVAL (default ${AGENT_SCALE_DEFAULTS.resyncIntervalS}; the product's default is 60)
   --agent-log FILE   write the agent's whole log to FILE (with several --nodes, FILE.<N>)
   --out DIR          also save the raw figures as DIR/<date>-agent-scale.json and the table as .md`;
@@ -56,6 +59,14 @@ export function parseAgentScaleArgs(args: readonly string[]): AgentScaleOptions 
       case '--steady-seconds': base.steadySeconds = number(take(), name, 1, 3600); break;
       case '--nat-every': base.natEvery = Math.round(number(take(), name, 0, 1000)); break;
       case '--seed': base.seed = Math.round(number(take(), name, 0, 2 ** 31)); break;
+      case '--agent-env': {
+        const pair = take();
+        const eq = pair?.indexOf('=') ?? -1;
+        if (!pair || eq < 1) throw new Error(`--agent-env needs NAME=value, got ${JSON.stringify(pair)}`);
+        base.agentEnv = { ...base.agentEnv, [pair.slice(0, eq)]: pair.slice(eq + 1) };
+        break;
+      }
+      case '--poll-ms': base.pollIntervalMs = Math.round(number(take(), name, 10, 60_000)); break;
       case '--resync-seconds': base.resyncIntervalS = Math.round(number(take(), name, 1, 86400)); break;
       case '--agent-log': agentLog = take(); if (!agentLog) throw new Error('--agent-log needs a file'); break;
       case '--out': outDir = take(); if (!outDir) throw new Error('--out needs a directory'); break;

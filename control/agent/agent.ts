@@ -36,6 +36,7 @@ import { removeTable } from '../host/nftables.ts';
 import { HostLane, type HostState } from './host-lane.ts';
 import { splitCidrsByFamily } from '../host/cidrs.ts';
 import { systemRunner, type CommandRunner } from '../host/runner.ts';
+import { CommandSpawner } from '../host/spawner.ts';
 import { globalUnicastAddresses } from '../host/node-addresses.ts';
 import { podCidrsFromSpec, readPodCidrFile, watchPodCidrFile, type PodCidrFileWatch } from '../host/pod-cidr-source.ts';
 import { configureTunnelInterface, removeRoutes } from '../host/routes.ts';
@@ -130,6 +131,7 @@ export class Agent implements AgentStatusSource {
   /** Relays: peers reached through one, and pairs this node relays (control/agent/relays.ts). */
   readonly relays: AgentRelays;
   private readonly runner: CommandRunner;
+  private readonly spawner: CommandSpawner | undefined;
   private kc!: KubeConfig;
   private publicKey = '';
   private privateKey: Uint8Array | undefined;
@@ -194,7 +196,12 @@ export class Agent implements AgentStatusSource {
   constructor(private readonly deps: AgentDeps) {
     this.settings = deps.settings;
     this.log = deps.log;
-    this.runner = deps.runner ?? systemRunner;
+    // Commands start from a small helper process: from the agent, at 5 000 Nodes, each blocked it for 6-20 ms (spawner.ts).
+    if (deps.runner) this.runner = deps.runner;
+    else {
+      this.spawner = new CommandSpawner();
+      this.runner = this.spawner.run;
+    }
     this.relays = new AgentRelays(deps.settings, deps.log);
     this.hostLane = new HostLane({
       runner: this.runner, log: this.log,
@@ -272,6 +279,7 @@ export class Agent implements AgentStatusSource {
     await this.running;
     await this.hostLane.idle();
     this.relays.close();
+    this.spawner?.close();
   }
 
   /** Waits for the pass in progress and any scheduled one (tests, shutdown). */
