@@ -30,7 +30,7 @@ import { annotationDrift, forceEndpointChange, ownAnnotations, restorePatch, typ
 import { newOnes, type Once } from './once.ts';
 import { followKeyFile, kickRequest, rotationPendingAtStart, watchKeyFile } from './key-rotation.ts';
 import type { DeviceSnapshot, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
-import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
+import { UapiClient, type UapiTraffic } from '../../dataplane/uapi/uapi-client.ts';
 import { renderConflist, writeConflistAtomically } from '../host/cni-config.ts';
 import { removeTable } from '../host/nftables.ts';
 import { HostLane, type HostState } from './host-lane.ts';
@@ -79,6 +79,8 @@ interface BesideRead {
   done: boolean;
   /** The answer; undefined when the read failed. */
   snapshot?: DeviceSnapshot;
+  /** What the read cost on the control socket. */
+  traffic?: UapiTraffic;
 }
 
 /**
@@ -188,6 +190,10 @@ export class Agent implements AgentStatusSource {
   private deviceModel: DeviceSnapshot | undefined;
   /** A get=1 running beside the passes (readingBeside), and the sets sent since it started. */
   private beside: BesideRead | undefined;
+  /** The control-socket client of those reads: its traffic is counted to the pass that takes one. */
+  private besideClient: UapiClient | undefined;
+  /** Traffic of the read beside the passes that the pass in progress took. */
+  private besideTraffic: UapiTraffic | undefined;
   /** The device as setUpTunnel read it, when it set nothing after (taken by the pass that follows). */
   private tunnelRead: DeviceSnapshot | undefined;
   /** The desired peers of the last pass, before relays (objects kept while unchanged: keepUnchangedPeers). */
@@ -229,6 +235,7 @@ export class Agent implements AgentStatusSource {
       this.publicKey = keyToBase64(crypto.publicKey(key.privateKey));
       this.log.info(key.created ? 'created a new private key' : 'loaded the private key', { path: s.privateKeyPath, key: shortKey(crypto.publicKey(key.privateKey)) });
       this.uapi = UapiClient.forInterface(s.socketDir, s.interfaceName);
+      this.besideClient = UapiClient.forInterface(s.socketDir, s.interfaceName);
       // A rotation replaces the file (rotate-key, KEY_ROTATION_INTERVAL): follow it at once.
       this.keyFileWatch = watchKeyFile(s.privateKeyPath, () => this.schedule(false));
     }
@@ -605,7 +612,12 @@ export class Agent implements AgentStatusSource {
     if (this.beside === undefined) {
       const read: BesideRead = { sets: [], done: false };
       this.beside = read;
-      this.uapi!.get().then((snapshot) => { read.snapshot = snapshot; }, () => { /* the pass reads for itself */ }).finally(() => {
+      const before = { ...this.besideClient!.traffic };
+      this.besideClient!.get().then((snapshot) => {
+        read.snapshot = snapshot;
+        const after = this.besideClient!.traffic;
+        read.traffic = { operations: after.operations - before.operations, bytesSent: after.bytesSent - before.bytesSent, bytesReceived: after.bytesReceived - before.bytesReceived, ms: after.ms - before.ms };
+      }, () => { /* the pass reads for itself */ }).finally(() => {
         read.done = true;
         if (this.beside === read) this.schedule(false, true);
       });
@@ -618,6 +630,7 @@ export class Agent implements AgentStatusSource {
     const read = this.beside;
     this.beside = undefined;
     if (!read?.done || read.snapshot === undefined) return undefined;
+    this.besideTraffic = read.traffic;
     let snapshot = read.snapshot;
     for (const request of read.sets) snapshot = applySetToSnapshot(snapshot, request);
     return snapshot;
@@ -641,6 +654,7 @@ export class Agent implements AgentStatusSource {
     const started = Date.now();
     const cpu = process.cpuUsage();
     const uapi = this.uapi ? { ...this.uapi.traffic } : undefined;
+    this.besideTraffic = undefined;
     this.steps = {};
     try {
       await this.reconcile(full, read);
@@ -648,7 +662,10 @@ export class Agent implements AgentStatusSource {
       this.reconciles++;
       // What one pass costs (the agent-scale bench reads these): time, this process's CPU, control socket traffic.
       const used = process.cpuUsage(cpu);
-      const t = this.uapi?.traffic;
+      // This client's traffic in the pass, and the read beside the passes that it took.
+      const now = this.uapi?.traffic;
+      const beside = this.besideTraffic ?? { operations: 0, bytesSent: 0, bytesReceived: 0, ms: 0 };
+      const t = now && { operations: now.operations + beside.operations, bytesSent: now.bytesSent + beside.bytesSent, bytesReceived: now.bytesReceived + beside.bytesReceived, ms: now.ms + beside.ms };
       this.log.debug('reconciled', {
         ms: Date.now() - started, full, read, cpuMs: Math.round((used.user + used.system) / 1000), peers: this.lastMesh?.peers.size,
         heapMiB: Math.round(process.memoryUsage().heapUsed / 2 ** 20),
