@@ -6,8 +6,17 @@
  *   start:    settings → key file → own Node → local pod CIDRs and addresses → data plane up
  *             (started when absent) → CNI conflist → publish own annotations → watch Nodes
  *   on every change (debounced) and every RESYNC_INTERVAL:
- *             Nodes → desired mesh → `set` plan against `get` → routes → nftables table
+ *             Nodes → desired mesh → `set` plan → wanted routes and nftables to the host lane
  *   stop:     leave everything in place (pods keep working); `--cleanup` removes it.
+ *
+ * What keeps a Node change cheap at 5 000 peers (docs/performance.md, issue 18):
+ * - it is planned against a model of the data plane (device-model.ts: the last get=1 with the
+ *   sets since applied), skipping peers whose desired state and entry are unchanged
+ *   (ReconcileMemory.settled);
+ * - the data plane is read (a 2 MB get=1) beside the passes, and the sets sent meanwhile are
+ *   replayed on the answer (readingBeside);
+ * - routes and nftables are applied beside the passes, by difference (host-lane.ts);
+ * - commands start from a small helper process (control/host/spawner.ts).
  *
  * Failures of one step are logged and retried on the next pass; the mesh as it is keeps working
  * meanwhile (fail static). The agent never removes a peer before the Node list has synced.
