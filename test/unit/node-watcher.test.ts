@@ -59,7 +59,11 @@ describe('NodeWatcher', () => {
   test('first sync: list applied, watch open, one shape for listed and watched Nodes, managedFields dropped', async () => {
     const managedFields = [{ manager: 'kubelet', operation: 'Update', apiVersion: 'v1', fieldsType: 'FieldsV1', fieldsV1: { 'f:status': {} } }];
     const { server, watcher, changes, states } = await harness({}, (s) => {
-      s.createNode({ metadata: { name: 'a', managedFields }, spec: { podCIDRs: ['10.244.1.0/24'] } });
+      s.createNode({
+        metadata: { name: 'a', managedFields, labels: { zone: 'z1' } },
+        spec: { podCIDRs: ['10.244.1.0/24'], providerID: 'sim://a' },
+        status: { addresses: [{ type: 'InternalIP', address: '192.0.2.1' }], images: [{ names: ['registry.example/app:1'], sizeBytes: 123 }], conditions: [{ type: 'Ready', status: 'True' }] },
+      } as never);
       s.createNode(node('b'));
     });
     assert.equal(watcher.state, 'stopped');
@@ -79,13 +83,24 @@ describe('NodeWatcher', () => {
     assert.equal(listed.metadata?.managedFields, undefined);
     assert.ok(listed.metadata?.creationTimestamp instanceof Date);
     assert.deepEqual(listed.spec?.podCIDRs, ['10.244.1.0/24']);
+    // Only what the agent reads is cached: a real Node's images and conditions are not.
+    assert.deepEqual(listed.metadata?.labels, { zone: 'z1' });
+    assert.deepEqual(listed.status?.addresses?.map((a) => ({ type: a.type, address: a.address })), [{ type: 'InternalIP', address: '192.0.2.1' }]);
+    assert.deepEqual(Object.keys(listed.status ?? {}), ['addresses']);
+    assert.deepEqual(Object.keys(listed.spec ?? {}).sort(), ['podCIDRs']);
 
-    server.createNode({ metadata: { name: 'c', managedFields }, spec: { podCIDRs: ['10.244.3.0/24'] } });
+    server.createNode({
+      metadata: { name: 'c', managedFields },
+      spec: { podCIDRs: ['10.244.3.0/24'], taints: [{ key: 'k', effect: 'NoSchedule' }] },
+      status: { addresses: [{ type: 'InternalIP', address: '192.0.2.3' }], images: [{ names: ['registry.example/app:1'], sizeBytes: 123 }], nodeInfo: { kubeletVersion: 'v1.34.0' } },
+    } as never);
     await waitFor('c from the watch', () => watcher.get('c') !== undefined);
     const watched = watcher.get('c')!;
     assert.equal(watched.metadata?.managedFields, undefined, 'stripped from watch events too');
     assert.ok(watched.metadata?.creationTimestamp instanceof Date, 'watch objects deserialized like listed ones');
     assert.deepEqual(watched.spec?.podCIDRs, ['10.244.3.0/24']);
+    assert.deepEqual(Object.keys(watched.status ?? {}), ['addresses'], 'watch events are cut down too');
+    assert.deepEqual(Object.keys(watched.spec ?? {}), ['podCIDRs']);
 
     const listRequests = server.requests.filter((r) => r.path === '/api/v1/nodes' && !r.watch);
     assert.equal(listRequests.length, 1);
