@@ -22,6 +22,7 @@ import { ANNOTATION, canonicalIp, parseDiscoveredEndpoints, parseNodeAnnotations
 import { isSiteLocalAddress, nodeIpRefusal, parseAllowedRanges, podCidrRefusal, type RefusedClaim } from './claims.ts';
 import type { IpFamilyChoice, PerFamily } from '../config/settings.ts';
 import { PrefixIndex } from './prefix-index.ts';
+import { TextCache } from './text-cache.ts';
 
 export interface DesiredPeer {
   nodeName: string;
@@ -105,49 +106,22 @@ function comparePrefixes(a: Prefix, b: Prefix): number {
   return a.bits - b.bits;
 }
 
-/**
- * Texts parsed before (the same 20 000 addresses and prefixes come by every pass at 5 000 Nodes);
- * bounded, dropped whole when full. What they return is shared: never modify it.
- */
-const parsedTexts = new Map<string, Prefix>();
-const parsedAddresses = new Map<string, Uint8Array>();
+/** Addresses and prefixes parsed before (shared: never modify them). */
+const parsedPrefixes = new TextCache(parsePrefix);
+const parsedAddresses = new TextCache(parseIp);
+const parsedText = (text: string): Prefix => parsedPrefixes.get(text);
+const parsedAddress = (text: string): Uint8Array => parsedAddresses.get(text);
 
-function parsedText(text: string): Prefix {
-  let prefix = parsedTexts.get(text);
-  if (prefix === undefined) {
-    prefix = parsePrefix(text);
-    if (parsedTexts.size >= 100_000) parsedTexts.clear();
-    parsedTexts.set(text, prefix);
-  }
-  return prefix;
-}
-
-function parsedAddress(text: string): Uint8Array {
-  let address = parsedAddresses.get(text);
-  if (address === undefined) {
-    address = parseIp(text);
-    if (parsedAddresses.size >= 100_000) parsedAddresses.clear();
-    parsedAddresses.set(text, address);
-  }
-  return address;
-}
-
-/** Short lists sorted before (a node's addresses and allowed IPs, the same every pass): joined text → sorted. */
-const sortedShortLists = new Map<string, readonly string[]>();
+/** Short lists sorted before (a node's addresses and allowed IPs, the same every pass), by their joined text. */
+const sortedShortLists = new TextCache((joined: string): readonly string[] => sortTexts(joined.split('\n')));
 const SHORT_LIST = 16;
 
 /** Canonical order, duplicates dropped. Do not modify the result: short lists are shared between calls. */
 export function sortAddresses(list: Iterable<string>): string[] {
   const texts = Array.isArray(list) ? list as string[] : [...list];
+  if (texts.length === 0) return [];
   if (texts.length > SHORT_LIST) return sortTexts(texts);
-  const key = texts.join(' ');
-  let sorted = sortedShortLists.get(key);
-  if (sorted === undefined) {
-    sorted = sortTexts(texts);
-    if (sortedShortLists.size >= 100_000) sortedShortLists.clear();
-    sortedShortLists.set(key, sorted);
-  }
-  return sorted as string[];
+  return sortedShortLists.get(texts.join('\n')) as string[];
 }
 
 function sortTexts(list: readonly string[]): string[] {

@@ -16,6 +16,7 @@
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { formatPrefix, parsePrefix } from '../../dataplane/net/ip.ts';
 import { keyText } from './key-text.ts';
+import { TextCache } from './text-cache.ts';
 import type { DeviceSnapshot, PeerChange, PeerSnapshot, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
 import type { DesiredPeer } from './desired-peers.ts';
 import { replacedPeerEndpoint } from './replaced-peer.ts';
@@ -63,17 +64,8 @@ export interface ReconcilePlan {
 }
 
 /** Canonical texts of prefix texts seen before: every pass compares the same 20 000 at 5 000 peers. */
-const canonicalTexts = new Map<string, string>();
-
-function canonicalText(text: string): string {
-  let out = canonicalTexts.get(text);
-  if (out === undefined) {
-    out = formatPrefix(parsePrefix(text));
-    if (canonicalTexts.size >= 100_000) canonicalTexts.clear();
-    canonicalTexts.set(text, out);
-  }
-  return out;
-}
+const canonicalTexts = new TextCache((text: string) => formatPrefix(parsePrefix(text)));
+const canonicalText = (text: string): string => canonicalTexts.get(text);
 
 function canonical(list: Iterable<string>): Set<string> {
   const out = new Set<string>();
