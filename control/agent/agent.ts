@@ -28,7 +28,8 @@ import type { Settings } from '../config/settings.ts';
 import { loadOrCreatePrivateKey } from '../identity/private-key.ts';
 import type { AgentLogger } from '../log.ts';
 import { ANNOTATION, formatDiscoveredEndpoints, type NodeObject } from '../mesh/annotations.ts';
-import { desiredMesh, keepUnchangedPeers, sortAddresses, specPodCidrs, type DesiredPeer, type MeshState } from '../mesh/desired-peers.ts';
+import { MeshTracker } from '../mesh/mesh-tracker.ts';
+import { sortAddresses, specPodCidrs, type DesiredPeer, type MeshState } from '../mesh/desired-peers.ts';
 import { parseAllowedRanges, podCidrRefusal } from '../mesh/claims.ts';
 import { parsePrefix } from '../../dataplane/net/ip.ts';
 import { newReconcileMemory, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
@@ -205,8 +206,10 @@ export class Agent implements AgentStatusSource {
   private besideTraffic: UapiTraffic | undefined;
   /** The device as setUpTunnel read it, when it set nothing after (taken by the pass that follows). */
   private tunnelRead: DeviceSnapshot | undefined;
-  /** The desired peers of the last pass, before relays (objects kept while unchanged: keepUnchangedPeers). */
-  private previousDesired: Map<string, DesiredPeer> | undefined;
+  /** The desired mesh from pass to pass: a Node change decides that Node (mesh-tracker.ts). */
+  private readonly meshTracker = new MeshTracker();
+  /** Nodes the last pass decided (all of them in a full one), for the pass log. */
+  private meshDecided = 0;
 
   constructor(private readonly deps: AgentDeps) {
     this.settings = deps.settings;
@@ -676,7 +679,7 @@ export class Agent implements AgentStatusSource {
       const beside = this.besideTraffic ?? { operations: 0, bytesSent: 0, bytesReceived: 0, ms: 0 };
       const t = now && { operations: now.operations + beside.operations, bytesSent: now.bytesSent + beside.bytesSent, bytesReceived: now.bytesReceived + beside.bytesReceived, ms: now.ms + beside.ms };
       this.log.debug('reconciled', {
-        ms: Date.now() - started, full, read, cpuMs: Math.round((used.user + used.system) / 1000), peers: this.lastMesh?.peers.size,
+        ms: Date.now() - started, full, read, cpuMs: Math.round((used.user + used.system) / 1000), peers: this.lastMesh?.peers.size, nodesDecided: this.meshDecided,
         heapMiB: Math.round(process.memoryUsage().heapUsed / 2 ** 20),
         ...Object.fromEntries(Object.entries(this.steps).map(([k, v]) => [`${k}Ms`, Math.round(v)])),
         ...(uapi && t ? { uapiOperations: t.operations - uapi.operations, uapiBytesSent: t.bytesSent - uapi.bytesSent, uapiBytesReceived: t.bytesReceived - uapi.bytesReceived, uapiMs: Math.round(t.ms - uapi.ms) } : {}),
@@ -722,14 +725,15 @@ export class Agent implements AgentStatusSource {
     // Fail static: an API server that cannot be read or patched now must not hold up the mesh.
     await this.restoreOwnAnnotations(own).catch((err: Error) => this.log.warn('could not check or restore this Node\'s annotations; the next pass retries', { node: s.nodeName, error: err.message }));
     t = this.step('local', t);
-    const mesh = desiredMesh(nodes, {
+    // A resync decides every Node again, whatever the tracker would skip.
+    const tracked = this.meshTracker.update(nodes, {
       nodeName: s.nodeName, publicKey: this.publicKey || '-', podCidrs: this.local.podCidrs, addresses: this.local.addresses,
     }, {
       wgIpFamily: s.wgIpFamily, nativeRouting: s.nativeRouting, defaultListenPort: s.listenPort, persistentKeepalive: s.persistentKeepalive,
       podCidrAllowedRanges: s.podCidrAllowedRanges, workingAtOwnAddress: this.workingHere,
-    });
-    keepUnchangedPeers(mesh.peers, this.previousDesired);
-    this.previousDesired = mesh.peers;
+    }, full);
+    const mesh = tracked.state;
+    this.meshDecided = tracked.decided;
     this.lastMesh = mesh;
     t = this.step('mesh', t);
     const refused = newOnes(this.refusedLogged, (mesh.refused ?? []).map((r) => ({ id: `${r.node}\n${r.field}\n${r.claim}`, item: r })));

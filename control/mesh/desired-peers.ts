@@ -184,7 +184,7 @@ function statusAddresses(node: NodeObject): string[] {
 }
 
 /** What desiredMesh reads from one Node object, parsed. Shared between passes: never modified. */
-interface NodeFacts {
+export interface NodeFacts {
   resourceVersion: string;
   /** creationTimestamp in ms (claims are resolved oldest first). */
   created: number;
@@ -201,7 +201,7 @@ interface NodeFacts {
  */
 const factsCache = new WeakMap<object, NodeFacts>();
 
-function nodeFacts(node: NodeObject): NodeFacts {
+export function nodeFacts(node: NodeObject): NodeFacts {
   const resourceVersion = node.metadata?.resourceVersion;
   const cached = resourceVersion ? factsCache.get(node) : undefined;
   if (cached && cached.resourceVersion === resourceVersion) return cached;
@@ -217,8 +217,59 @@ function nodeFacts(node: NodeObject): NodeFacts {
   return facts;
 }
 
+/**
+ * Every prefix a Node's object names, whether or not the claim is accepted: its annotated pod
+ * CIDRs and node IPs (when its annotations parse), its spec.podCIDRs and its status addresses
+ * (addresses as /32 and /128). Two Nodes whose prefixes never overlap cannot change each other's
+ * claims (MeshTracker).
+ */
+export function namedPrefixes(facts: NodeFacts): Prefix[] {
+  const host = (text: string): Prefix => {
+    const address = parsedAddress(text);
+    return { address, bits: address.length * 8 };
+  };
+  const out: Prefix[] = [...facts.specPodCidrs, ...facts.statusAddresses.map(host)];
+  if (facts.annotations.ok) {
+    for (const claim of facts.annotations.value.podCidrs) out.push(parsedText(claim));
+    for (const ip of facts.annotations.value.nodeIps) out.push(host(ip));
+  }
+  return out;
+}
+
 /** Computes the desired mesh from every Node. Never throws on what Nodes contain. */
 export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, options: MeshOptions): MeshState {
+  return meshDecisions(nodes, self, options).state;
+}
+
+/** A node whose key and annotations were accepted, with the claims it holds. */
+export interface AcceptedNode {
+  name: string;
+  publicKey: string;
+  publicKeyBytes: Uint8Array;
+  /** Accepted pod CIDR claims, in the order claimed. */
+  podCidrs: string[];
+  /** Accepted addresses, canonical order. */
+  addresses: string[];
+  published?: string;
+  forced?: string;
+  discovered: Map<string, string>;
+}
+
+/**
+ * What other nodes report, for a pass over only some of the cluster's nodes (MeshTracker): the
+ * observations of each key by every accepted node, and where others see this node.
+ */
+export interface ClusterObservations {
+  observationsOf(key: string): ReadonlyArray<{ observer: string; endpoint: string }>;
+  selfNat: NatObservation | undefined;
+}
+
+/**
+ * desiredMesh, also returning the accepted nodes. With `observed`, NAT views come from there
+ * instead of from `nodes`: MeshTracker decides a node that shares nothing with any other node by
+ * passing only that node (and this node's own object) plus what the whole cluster observes.
+ */
+export function meshDecisions(nodes: readonly NodeObject[], self: SelfView, options: MeshOptions, observed?: ClusterObservations): { state: MeshState; accepted: AcceptedNode[] } {
   const rejected: Rejection[] = [];
   const refused: RefusedClaim[] = [];
   const waiting: string[] = [];
@@ -293,11 +344,7 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
     return reason === undefined;
   });
 
-  interface Accepted {
-    name: string; publicKey: string; publicKeyBytes: Uint8Array; podCidrs: string[]; addresses: string[];
-    published?: string; forced?: string; discovered: Map<string, string>;
-  }
-  const accepted: Accepted[] = [];
+  const accepted: AcceptedNode[] = [];
   for (const c of candidates) {
     const status = nodeFacts(c.node).statusAddresses;
     const addresses = sortAddresses([
@@ -310,24 +357,15 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
     accepted.push({ name: c.name, publicKey: c.publicKey, publicKeyBytes: c.publicKeyBytes, podCidrs: c.podCidrs, addresses, published, forced: c.forced, discovered: nodeFacts(c.node).discovered });
   }
 
-  // What every node sees every other node at: key → observations (observer name, endpoint).
-  const observations = new Map<string, Array<{ observer: string; endpoint: string }>>();
-  for (const observer of accepted) {
-    for (const [key, endpoint] of observer.discovered) {
-      if (key === observer.publicKey) continue; // nobody vouches for itself
-      let list = observations.get(key);
-      if (!list) observations.set(key, list = []);
-      list.push({ observer: observer.name, endpoint });
-    }
-  }
-  const natView = (key: string, ownAddresses: readonly string[]) => natObservation(observations.get(key) ?? [], ownAddresses, options.wgIpFamily);
-  const selfNat = natView(self.publicKey, [...ownAddresses]);
+  const observations = observed?.observationsOf ?? observationIndex(accepted);
+  const natView = (key: string, ownAddresses: readonly string[]) => natObservation(observations(key), ownAddresses, options.wgIpFamily);
+  const selfNat = observed ? observed.selfNat : natView(self.publicKey, [...ownAddresses]);
 
   // Addresses published by more than one node identify none of them.
   const addressCount = new Map<string, number>();
   for (const node of accepted) for (const ip of node.addresses) addressCount.set(ip, (addressCount.get(ip) ?? 0) + 1);
 
-  const routed = (cidr: string) => !(familyOfText(cidr) === 4 ? options.nativeRouting.ipv4 : options.nativeRouting.ipv6);
+  const routed = (cidr: string) => routedThroughTunnel(cidr, options.nativeRouting);
   const peers = new Map<string, DesiredPeer>();
   const tunnelRoutes: string[] = [];
   for (const node of accepted) {
@@ -351,7 +389,7 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
       persistentKeepalive: options.persistentKeepalive,
     });
   }
-  return {
+  const state: MeshState = {
     peers,
     rejected,
     refused,
@@ -361,6 +399,26 @@ export function desiredMesh(nodes: readonly NodeObject[], self: SelfView, option
     selfNatPublicAddress: selfNat?.address,
     selfNatEndpoint: selfNat?.endpoint,
   };
+  return { state, accepted };
+}
+
+/** What every accepted node sees every other node at: key → observations (observer name, endpoint). */
+function observationIndex(accepted: readonly AcceptedNode[]): (key: string) => ReadonlyArray<{ observer: string; endpoint: string }> {
+  const observations = new Map<string, Array<{ observer: string; endpoint: string }>>();
+  for (const observer of accepted) {
+    for (const [key, endpoint] of observer.discovered) {
+      if (key === observer.publicKey) continue; // nobody vouches for itself
+      let list = observations.get(key);
+      if (!list) observations.set(key, list = []);
+      list.push({ observer: observer.name, endpoint });
+    }
+  }
+  return (key) => observations.get(key) ?? [];
+}
+
+/** Whether a pod CIDR of a family is routed into the tunnel (the family has no native routing). */
+export function routedThroughTunnel(cidr: string, nativeRouting: PerFamily<boolean>): boolean {
+  return !(familyOfText(cidr) === 4 ? nativeRouting.ipv4 : nativeRouting.ipv6);
 }
 
 function sameList(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {

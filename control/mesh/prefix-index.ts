@@ -22,7 +22,7 @@ interface Entry<T> { order: number; value: T }
  * The first `bits` bits of `address` as a map key (the rest are zero): a number for IPv4, eight
  * 16-bit characters at most for IPv6. Keys are only compared within one family and length.
  */
-function networkKey(address: Uint8Array, bits: number): number | string {
+export function networkKey(address: Uint8Array, bits: number): number | string {
   if (address.length === 4) {
     if (bits === 0) return 0;
     const value = ((address[0] << 24) | (address[1] << 16) | (address[2] << 8) | address[3]) >>> 0;
