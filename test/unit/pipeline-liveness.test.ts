@@ -181,9 +181,11 @@ describe('a crypto worker dies under traffic', () => {
       await until(() => pair.b.tun.written.length === 1, 10_000, 'the first ping');
       let seq = 1;
       const burst = () => { for (let i = 0; i < 64; i++) pair.a.tun.inject(ping(seq++, 1300)); };
-      const workers = (pool as unknown as { workers: { outstanding: number; thread: { terminate(): Promise<number> } }[] }).workers;
-      // Bursts until worker 0 holds tasks it will never finish.
-      await until(() => { if (workers[0].outstanding === 0) burst(); return workers[0].outstanding > 0 && seq > 64 * 4; }, 20_000, 'worker 0 to hold tasks');
+      const workers = (pool as unknown as { workers: { outstanding: number; seen: number; thread: { terminate(): Promise<number> } }[] }).workers;
+      // Bursts until worker 0 holds tasks it will never finish: it has finished its 20 (collected,
+      // `seen`) and still holds some. Holding tasks is not enough: before its 20th those finish
+      // while terminate() is pending, and nothing would be lost.
+      await until(() => { if (workers[0].outstanding === 0) burst(); return workers[0].seen >= 20 && workers[0].outstanding > 0; }, 20_000, 'worker 0 to hold tasks');
       const before = pair.b.tun.written.length;
       await workers[0].thread.terminate();
       await until(() => pool.restarts === 1, 10_000, 'the replacement');
