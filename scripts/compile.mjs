@@ -56,7 +56,27 @@ const result = await esbuild.build({
   logLevel: 'warning',
   plugins: [keepModules],
 });
-for (const file of result.outputFiles) {
+// The Kubernetes client library, tree-shaken to what control/kube/kube-client.ts re-exports (see
+// there): its index loads every API group, 26 MiB of the agent's heap. Minified, because V8 keeps
+// a module's source text in the heap. Its CommonJS dependencies call require(), which an ES
+// module has only through createRequire.
+const KUBE_CLIENT = 'control/kube/kube-client.ts';
+const kubeClient = await esbuild.build({
+  absWorkingDir: root,
+  entryPoints: [KUBE_CLIENT],
+  outdir: root,
+  outbase: root,
+  bundle: true,
+  minify: true,
+  platform: 'node',
+  format: 'esm',
+  target: 'node20',
+  write: false,
+  logLevel: 'warning',
+  banner: { js: "import { createRequire as roamguardCreateRequire } from 'node:module'; const require = roamguardCreateRequire(import.meta.url);" },
+});
+const outputs = [...result.outputFiles.filter((f) => f.path !== join(root, KUBE_CLIENT.replace(/\.ts$/, '.js'))), ...kubeClient.outputFiles];
+for (const file of outputs) {
   mkdirSync(dirname(file.path), { recursive: true });
   const temporary = `${file.path}.${process.pid}.tmp`;
   writeFileSync(temporary, file.contents);

@@ -22,7 +22,7 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { KubeConfig } from '@kubernetes/client-node';
+import { KubeConfig } from './kube-client.ts';
 
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 

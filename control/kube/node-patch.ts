@@ -11,7 +11,7 @@
  * 10 s are retried a few times with a growing delay; anything else (not found, forbidden,
  * invalid) is final.
  */
-import { ApiException, CoreV1Api, KubeConfig, PatchStrategy, setHeaderOptions, type V1Node } from '@kubernetes/client-node';
+import { ApiException, CoreV1Api, KubeConfig, PatchStrategy, setHeaderOptions, type V1Node } from './kube-client.ts';
 import { withSignal, withTimeout } from './request-signal.ts';
 
 export interface RetryOptions {

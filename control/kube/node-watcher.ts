@@ -28,7 +28,7 @@
 import {
   CoreV1Api, KubeConfig, ListWatch, loadYaml, Watch,
   type V1Node, type V1NodeList,
-} from '@kubernetes/client-node';
+} from './kube-client.ts';
 import type { AgentLogger } from '../log.ts';
 import { withSignal } from './request-signal.ts';
 

@@ -3,7 +3,7 @@
  * request on a connection that died silently (a NAT on the way lost its state, a peer vanished
  * without a reset) waits forever, and so would whatever awaits it.
  */
-import { Observable, type ConfigurationOptions, type RequestContext, type ResponseContext } from '@kubernetes/client-node';
+import { Observable, type ConfigurationOptions, type RequestContext, type ResponseContext } from './kube-client.ts';
 
 /** `options` (e.g. from setHeaderOptions) with a middleware that puts `signal` on the request. */
 export function withSignal(signal: AbortSignal, options?: ConfigurationOptions): ConfigurationOptions {

@@ -6,8 +6,8 @@
  *
  * `buildStatus` is pure (tested on its own); `collectStatus` does the I/O.
  */
-import type { KubeConfig } from '@kubernetes/client-node';
-import { CoreV1Api } from '@kubernetes/client-node';
+import type { KubeConfig } from '../kube/kube-client.ts';
+import { CoreV1Api } from '../kube/kube-client.ts';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import { formatPrefix } from '../../dataplane/net/ip.ts';
 import { keyToBase64 } from '../../dataplane/noise/keys.ts';
