@@ -2,6 +2,7 @@
  * `roamguard agent [--cleanup]`: the node agent (see control/agent/agent.ts). Settings come from
  * the environment; a bad one stops start-up with one line naming it.
  */
+import { getHeapStatistics } from 'node:v8';
 import type { Command } from '../roamguard.ts';
 import { SettingError, loadSettings, settingsTable } from '../../control/config/settings.ts';
 import { createAgentLogger } from '../../control/log.ts';
@@ -31,6 +32,8 @@ ${settingsTable()}`,
       throw err;
     }
     const log = createAgentLogger({ level: settings.logLevel, json: settings.logFormat === 'auto' ? undefined : settings.logFormat === 'json' });
+    // Under Node.js, bin/roamguard sets the heap limit from AGENT_HEAP_MIB; Bun sizes its heap itself.
+    log.info('starting the agent', { runtime: process.versions.bun ? 'bun' : 'node', heapLimitMiB: Math.round(getHeapStatistics().heap_size_limit / 2 ** 20) });
     const { Agent, cleanup } = await import('../../control/agent/agent.ts');
     if (args.includes('--cleanup')) {
       await cleanup(settings, log);

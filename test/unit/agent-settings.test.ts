@@ -1,4 +1,6 @@
 /** The agent's settings: defaults, every variable's accepted values, and one-line errors naming the variable. */
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SETTINGS, SettingError, loadSettings, settingsTable } from '../../control/config/settings.ts';
@@ -127,6 +129,7 @@ describe('agent settings', () => {
     ['WG_SOCKET_DIR', 'run/wg', /absolute path/],
     ['NFT_TABLE', '1table', /table name/],
     ['RESYNC_INTERVAL', '0', /integer from 1 to 86400/],
+    ['AGENT_HEAP_MIB', '32', /integer from 64 to 65536/],
     ['RELAY', 'sometimes', /true\/false/],
     ['RELAY_PORTS', '52000', /a port range such as 51900-51999/],
     ['RELAY_PORTS', '52000-51000', /at least two ports/],
@@ -165,5 +168,27 @@ describe('agent settings', () => {
     const s = loadSettings({ ...base, WG_LISTEN_PORT: '', MASQUERADE_IPV4: ' ' });
     assert.equal(s.listenPort, 51820);
     assert.equal(s.masquerade.ipv4, true);
+  });
+});
+
+describe('AGENT_HEAP_MIB', () => {
+  const roamguard = fileURLToPath(new URL('../../bin/roamguard', import.meta.url));
+  /** The heap limit the agent reports at start (it then stops: its kubeconfig does not exist). */
+  const reportedLimit = (heap: string | undefined): number => {
+    const env: NodeJS.ProcessEnv = { ...process.env, ROAMGUARD_RUNTIME: 'node', NODE_NAME: 'heap-test', KUBECONFIG: '/nonexistent/kubeconfig', METRICS_ADDRESS: '', LOG_FORMAT: 'json' };
+    delete env.AGENT_HEAP_MIB;
+    delete env.NODE_OPTIONS;
+    if (heap !== undefined) env.AGENT_HEAP_MIB = heap;
+    const run = spawnSync(roamguard, ['agent'], { env, encoding: 'utf8', timeout: 60_000 });
+    const line = `${run.stdout}\n${run.stderr}`.split('\n').find((l) => l.includes('starting the agent'));
+    assert.ok(line, `no start line in: ${run.stdout}${run.stderr}`);
+    return JSON.parse(line).heapLimitMiB;
+  };
+
+  test('bin/roamguard starts the agent with it as the V8 heap limit (old generation, plus a young one of a few MiB)', { timeout: 120_000 }, () => {
+    const small = reportedLimit('200');
+    assert.ok(small >= 200 && small <= 230, `AGENT_HEAP_MIB=200 gave a ${small} MiB heap limit`);
+    const byDefault = reportedLimit(undefined);
+    assert.ok(byDefault >= 384 && byDefault <= 420, `the default gave a ${byDefault} MiB heap limit`);
   });
 });
