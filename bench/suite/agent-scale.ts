@@ -59,7 +59,7 @@ export interface AgentScaleSettings {
 }
 
 export const AGENT_SCALE_DEFAULTS: Omit<AgentScaleSettings, 'nodes'> = {
-  natEvery: 10, steadySeconds: 30, churnRate: 10, churnSeconds: 30, pollIntervalMs: 100, resyncIntervalS: 10,
+  natEvery: 10, steadySeconds: 30, churnRate: 10, churnSeconds: 30, pollIntervalMs: 1000, resyncIntervalS: 10,
   startTimeoutMs: 300_000, settleTimeoutMs: 60_000,
 };
 

@@ -14,7 +14,7 @@ import { requireDaemonPrerequisites } from './userspace-wg.ts';
 test('500 Nodes with churn: every change lands in the data plane, nothing lost or duplicated', { timeout: 150_000 }, async () => {
   await requireDaemonPrerequisites(['roamguard-node'], ['nft']);
   const result = await runAgentScale({
-    ...AGENT_SCALE_DEFAULTS, nodes: 500, steadySeconds: 3, churnRate: 10, churnSeconds: 12,
+    ...AGENT_SCALE_DEFAULTS, nodes: 500, steadySeconds: 3, churnRate: 10, churnSeconds: 12, pollIntervalMs: 100,
     startTimeoutMs: 60_000, settleTimeoutMs: 20_000, seed: 500,
   }, (line) => process.stderr.write(`${line}\n`));
 
