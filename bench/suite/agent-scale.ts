@@ -136,6 +136,8 @@ export interface AgentScaleResult {
     latency: { medianMs: number; p99Ms: number; maxMs: number };
     /** Change → the agent's set for it was answered (from the agent's log): the data plane had it. */
     applied: { count: number; medianMs: number; p99Ms: number; maxMs: number };
+    /** The slowest changes to reach the data plane: what they were and when (ms after the churn began). */
+    slowest: Array<{ kind: string; atMs: number; appliedMs: number }>;
   };
   final: PeerSetDifference & { expectedPeers: number; seenPeers: number };
   /** Changes that never reached the data plane within the settle time. */
@@ -371,7 +373,11 @@ export async function runAgentScale(settings: AgentScaleSettings, progress: (lin
     if (observer.lastError && observer.getMs.length === 0) notes.push(`get=1 failed: ${observer.lastError.message}`);
 
     const latencies = changes.filter((c) => c.landedAt !== undefined).map((c) => c.landedAt! - c.at);
-    const applied = changes.map((c) => appliedAt(c, actions)).filter((v): v is number => v !== undefined);
+    const timed = changes.map((c) => ({ change: c, ms: appliedAt(c, actions) })).filter((t): t is { change: Change; ms: number } => t.ms !== undefined);
+    const applied = timed.map((t) => t.ms);
+    const churnStart = changes.length > 0 ? Math.min(...changes.map((c) => c.at)) : 0;
+    const slowest = [...timed].sort((a, b) => b.ms - a.ms).slice(0, 5)
+      .map((t) => ({ kind: t.change.kind, atMs: Math.round(t.change.at - churnStart), appliedMs: Math.round(t.ms) }));
     const byKind: Record<string, number> = {};
     for (const c of changes) byKind[c.kind] = (byKind[c.kind] ?? 0) + 1;
     return {
@@ -385,6 +391,7 @@ export async function runAgentScale(settings: AgentScaleSettings, progress: (lin
         ...churn, changes: changes.length, byKind, landed: latencies.length,
         latency: { medianMs: median(latencies), p99Ms: percentile(latencies, 99), maxMs: maximum(latencies) },
         applied: { count: applied.length, medianMs: median(applied), p99Ms: percentile(applied, 99), maxMs: maximum(applied) },
+        slowest,
       },
       final: { ...diff, expectedPeers: expected.size, seenPeers: last.size },
       lost: changes.filter((c) => c.landedAt === undefined).map((c) => ({ kind: c.kind, node: c.node })),
@@ -415,6 +422,7 @@ export function renderAgentScale(results: readonly AgentScaleResult[], command: 
     row('first pass: UAPI bytes / time', (r) => (r.startup.firstPass ? `${kib((r.startup.firstPass.uapiBytesSent ?? 0) + (r.startup.firstPass.uapiBytesReceived ?? 0))} / ${ms(r.startup.firstPass.uapiMs ?? NaN)}` : '–')),
     row('change → data plane applied it (agent\'s set answered), median', (r) => ms(r.churn.applied.medianMs)),
     row('change → data plane applied it, p99 (max) [changes timed]', (r) => `${ms(r.churn.applied.p99Ms)} (${ms(r.churn.applied.maxMs)}) [${r.churn.applied.count}]`),
+    row('slowest changes: kind at s into the churn → ms', (r) => r.churn.slowest.map((x) => `${x.kind}@${(x.atMs / 1000).toFixed(1)} → ${x.appliedMs}`).join(', ')),
     row('change → observer\'s get=1 showed it, median', (r) => ms(r.churn.latency.medianMs)),
     row('change → observer\'s get=1 showed it, p99 (max)', (r) => `${ms(r.churn.latency.p99Ms)} (${ms(r.churn.latency.maxMs)})`),
     row('changes made / landed', (r) => `${r.churn.changes} / ${r.churn.landed}`),
