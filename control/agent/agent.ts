@@ -29,6 +29,7 @@ import { loadOrCreatePrivateKey } from '../identity/private-key.ts';
 import type { AgentLogger } from '../log.ts';
 import { ANNOTATION, formatDiscoveredEndpoints, type NodeObject } from '../mesh/annotations.ts';
 import { MeshTracker } from '../mesh/mesh-tracker.ts';
+import { snapshotInterning } from '../mesh/interned.ts';
 import { sortAddresses, specPodCidrs, type DesiredPeer, type MeshState } from '../mesh/desired-peers.ts';
 import { parseAllowedRanges, podCidrRefusal } from '../mesh/claims.ts';
 import { parsePrefix } from '../../dataplane/net/ip.ts';
@@ -246,8 +247,9 @@ export class Agent implements AgentStatusSource {
       const crypto = await selectCrypto();
       this.publicKey = keyToBase64(crypto.publicKey(key.privateKey));
       this.log.info(key.created ? 'created a new private key' : 'loaded the private key', { path: s.privateKeyPath, key: shortKey(crypto.publicKey(key.privateKey)) });
-      this.uapi = UapiClient.forInterface(s.socketDir, s.interfaceName);
-      this.besideClient = UapiClient.forInterface(s.socketDir, s.interfaceName);
+      // Reads share their prefixes with the mesh's and one zero preshared key (interned.ts).
+      this.uapi = UapiClient.forInterface(s.socketDir, s.interfaceName, undefined, snapshotInterning);
+      this.besideClient = UapiClient.forInterface(s.socketDir, s.interfaceName, undefined, snapshotInterning);
       // A rotation replaces the file (rotate-key, KEY_ROTATION_INTERVAL): follow it at once.
       this.keyFileWatch = watchKeyFile(s.privateKeyPath, () => this.schedule(false));
     }

@@ -17,11 +17,12 @@
  * behind the same public address, which use its LAN address, since many routers cannot hairpin.
  */
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
-import { parseIp, parsePrefix, type Prefix } from '../../dataplane/net/ip.ts';
+import { parsePrefix, type Prefix } from '../../dataplane/net/ip.ts';
 import { ANNOTATION, canonicalIp, parseDiscoveredEndpoints, parseNodeAnnotations, type AnnotationResult, type NodeObject } from './annotations.ts';
 import { isSiteLocalAddress, nodeIpRefusal, parseAllowedRanges, podCidrRefusal, type RefusedClaim } from './claims.ts';
 import type { IpFamilyChoice, PerFamily } from '../config/settings.ts';
 import { PrefixIndex } from './prefix-index.ts';
+import { parsedAddress, parsedPrefix } from './interned.ts';
 import { TextCache } from './text-cache.ts';
 
 export interface DesiredPeer {
@@ -96,7 +97,7 @@ export interface MeshOptions {
 
 /** IPv4 before IPv6, then by address bytes, then by prefix length. */
 export function compareAddressText(a: string, b: string): number {
-  const pa = parsePrefix(a), pb = parsePrefix(b);
+  const pa = parsedText(a), pb = parsedText(b);
   return comparePrefixes(pa, pb);
 }
 
@@ -107,10 +108,7 @@ function comparePrefixes(a: Prefix, b: Prefix): number {
 }
 
 /** Addresses and prefixes parsed before (shared: never modify them). */
-const parsedPrefixes = new TextCache(parsePrefix);
-const parsedAddresses = new TextCache(parseIp);
-const parsedText = (text: string): Prefix => parsedPrefixes.get(text);
-const parsedAddress = (text: string): Uint8Array => parsedAddresses.get(text);
+const parsedText = parsedPrefix;
 
 /** Short lists sorted before (a node's addresses and allowed IPs, the same every pass), by their joined text. */
 const sortedShortLists = new TextCache((joined: string): readonly string[] => sortTexts(joined.split('\n')));
@@ -164,7 +162,7 @@ export function specPodCidrs(node: NodeObject): Prefix[] {
   const out: Prefix[] = [];
   for (const text of Array.isArray(texts) ? texts : []) {
     try {
-      if (typeof text === 'string') out.push(parsePrefix(text));
+      if (typeof text === 'string') out.push(parsedText(text));
     } catch { /* not a prefix: the controller manager never writes that */ }
   }
   return out;

@@ -13,9 +13,9 @@
  */
 import { formatPrefix, type Prefix } from '../../dataplane/net/ip.ts';
 import type { DeviceSnapshot, PeerSnapshot, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
+import { NO_PRESHARED_KEY } from './interned.ts';
 import { keyText } from './key-text.ts';
 
-const NO_PRESHARED_KEY = new Uint8Array(32);
 
 /**
  * Prefix text → key of the peer holding it, per model snapshot: built once from a `get=1` (20 000

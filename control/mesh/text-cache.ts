@@ -9,6 +9,15 @@ export class TextCache<T> {
 
   constructor(private readonly work: (text: string) => T, private readonly limit = 100_000) {}
 
+  /** What was remembered for `text`, or else `value`, now remembered for it. */
+  remember(text: string, value: T): T {
+    const known = this.entries.get(text);
+    if (known !== undefined) return known;
+    if (this.entries.size >= this.limit) this.entries.clear();
+    this.entries.set(text, value);
+    return value;
+  }
+
   get(text: string): T {
     let value = this.entries.get(text);
     if (value === undefined) {

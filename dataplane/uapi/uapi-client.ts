@@ -8,7 +8,7 @@
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import {
-  formatSetRequest, parseGetResponse, type DeviceSnapshot, type SetRequest,
+  formatSetRequest, parseGetResponse, type DeviceSnapshot, type SetRequest, type SnapshotInterning,
 } from './uapi-protocol.ts';
 import { STATS_OPERATION, parseStatsResponse, type DeviceStats } from './uapi-stats.ts';
 
@@ -51,10 +51,11 @@ export interface UapiTraffic {
 export class UapiClient {
   readonly traffic: UapiTraffic = { operations: 0, bytesSent: 0, bytesReceived: 0, ms: 0 };
 
-  constructor(readonly socketPath: string, private readonly timeoutMs = 5000) {}
+  /** @param interning what `get` answers share between peers (see parseGetResponse) */
+  constructor(readonly socketPath: string, private readonly timeoutMs = 5000, private readonly interning?: SnapshotInterning) {}
 
-  static forInterface(socketDir: string, ifname: string, timeoutMs?: number): UapiClient {
-    return new UapiClient(join(socketDir, `${ifname}.sock`), timeoutMs);
+  static forInterface(socketDir: string, ifname: string, timeoutMs?: number, interning?: SnapshotInterning): UapiClient {
+    return new UapiClient(join(socketDir, `${ifname}.sock`), timeoutMs, interning);
   }
 
   /** Sends one whole operation (`text` ends with its empty line); resolves with the answer, through its `errno=` line. */
@@ -91,7 +92,7 @@ export class UapiClient {
   }
 
   async get(): Promise<DeviceSnapshot> {
-    const parsed = parseGetResponse(await this.exchange('get=1\n\n'));
+    const parsed = parseGetResponse(await this.exchange('get=1\n\n'), this.interning);
     if (!parsed.ok) throw new UapiError(`get: ${parsed.message}`, parsed.errno);
     return parsed.snapshot;
   }

@@ -385,10 +385,24 @@ export type GetParseResult =
   | { ok: false; errno: number; message: string };
 
 /**
+ * What a reader that keeps snapshots of many peers may share between them (the agent at 5 000
+ * peers keeps one as its model of the data plane): each allowed IP and preshared key is otherwise
+ * a small array of its own, about 180 bytes. What it returns is shared: never modify it.
+ */
+export interface SnapshotInterning {
+  /** The prefix to keep for an `allowed_ip` text (`parsed` is the text, parsed and checked). */
+  prefix(text: string, parsed: Prefix): Prefix;
+  /** All zeros: the preshared key of every peer without one. */
+  zeroKey: Uint8Array;
+}
+
+const ZERO_KEY_HEX = '0'.repeat(2 * KEY_LENGTH);
+
+/**
  * Parses a `get` answer (up to and including `errno=`). Unknown keys are ignored, as `wg` does.
  * A non-zero errno, a missing errno line or a malformed value is an error.
  */
-export function parseGetResponse(text: string): GetParseResult {
+export function parseGetResponse(text: string, interning?: SnapshotInterning): GetParseResult {
   const snapshot: DeviceSnapshot = { listenPort: 0, fwmark: 0, peers: [] };
   let peer: PeerSnapshot | undefined;
   let handshakeSec = 0;
@@ -412,7 +426,7 @@ export function parseGetResponse(text: string): GetParseResult {
       if (key === 'public_key') {
         finishPeer();
         peer = {
-          publicKey: parseKey(key, value), presharedKey: new Uint8Array(KEY_LENGTH), lastHandshakeWallMs: 0,
+          publicKey: parseKey(key, value), presharedKey: interning?.zeroKey ?? new Uint8Array(KEY_LENGTH), lastHandshakeWallMs: 0,
           txBytes: 0, rxBytes: 0, persistentKeepalive: 0, allowedIps: [],
         };
         snapshot.peers.push(peer);
@@ -425,7 +439,7 @@ export function parseGetResponse(text: string): GetParseResult {
         continue;
       }
       switch (key) {
-        case 'preshared_key': peer.presharedKey = parseKey(key, value); break;
+        case 'preshared_key': peer.presharedKey = interning && value === ZERO_KEY_HEX ? interning.zeroKey : parseKey(key, value); break;
         case 'endpoint': peer.endpoint = parseEndpoint(value); break;
         case 'last_handshake_time_sec': handshakeSec = parseUnsigned(key, value, Number.MAX_SAFE_INTEGER); break;
         case 'last_handshake_time_nsec': peer.lastHandshakeWallMs = parseUnsigned(key, value, 999_999_999) / 1e6; break;
@@ -435,7 +449,7 @@ export function parseGetResponse(text: string): GetParseResult {
         case 'allowed_ip': {
           const change = parseAllowedIp(value);
           if (change.remove) invalid('allowed_ip: a get answer does not remove prefixes');
-          peer.allowedIps.push(change.prefix);
+          peer.allowedIps.push(interning ? interning.prefix(value, change.prefix) : change.prefix);
           break;
         }
         default: break; // protocol_version and unknown keys

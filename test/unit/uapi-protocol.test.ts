@@ -5,10 +5,11 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
-import { formatPrefix, parsePrefix } from '../../dataplane/net/ip.ts';
+import { formatPrefix, parsePrefix, type Prefix } from '../../dataplane/net/ip.ts';
 import {
   UAPI_ERRNO, formatErrno, formatGetResponse, formatSetRequest, parseGetResponse, parseSetRequest,
   type DeviceSnapshot, type SetRequest,
+  type SnapshotInterning,
 } from '../../dataplane/uapi/uapi-protocol.ts';
 
 const hex = (byte: number) => byte.toString(16).padStart(2, '0').repeat(32);
@@ -345,6 +346,26 @@ describe('formatGetResponse', () => {
     assert.deepEqual(a.allowedIps.map(formatPrefix), ['10.0.0.2/32', 'fd00::/64']);
     assert.deepEqual(b.presharedKey, key(0xff));
     assert.equal(b.endpoint, undefined);
+  });
+
+  test('parseGetResponse with interning: the same text gives the same prefix, a zero preshared key is the shared one, and what parses is unchanged', () => {
+    const kept = new Map<string, Prefix>();
+    const zeroKey = new Uint8Array(32);
+    const interning: SnapshotInterning = { prefix: (text, parsed) => kept.get(text) ?? (kept.set(text, parsed), parsed), zeroKey };
+    const text = formatGetResponse(snapshot);
+    const first = parseGetResponse(text, interning);
+    const second = parseGetResponse(text, interning);
+    const plain = parseGetResponse(text);
+    assert.ok(first.ok && second.ok && plain.ok);
+    assert.deepEqual(first.snapshot, plain.snapshot, 'the same snapshot as without interning');
+    assert.equal(first.snapshot.peers[0].allowedIps[1], second.snapshot.peers[0].allowedIps[1], 'one prefix object per text');
+    const plainAgain = parseGetResponse(text);
+    assert.ok(plainAgain.ok);
+    assert.notEqual(plain.snapshot.peers[0].allowedIps[1], plainAgain.snapshot.peers[0].allowedIps[1], 'without it, each parse has its own');
+    assert.equal(first.snapshot.peers[0].presharedKey, zeroKey, 'a peer without a preshared key gets the shared zero key');
+    assert.notEqual(first.snapshot.peers[1].presharedKey, zeroKey, 'a real preshared key is its own');
+    const bad = parseGetResponse(text.replace('allowed_ip=10.0.0.2/32', 'allowed_ip=10.0.0.2'), interning);
+    assert.equal(bad.ok, false, 'a malformed prefix is still an error');
   });
 
   test('parseGetResponse: errors', () => {
