@@ -61,7 +61,7 @@ const result = await esbuild.build({
 // a module's source text in the heap. Its CommonJS dependencies call require(), which an ES
 // module has only through createRequire.
 const KUBE_CLIENT = 'control/kube/kube-client.ts';
-const kubeClient = await esbuild.build({
+const kubeClient = !sources.includes(KUBE_CLIENT) ? { outputFiles: [] } : await esbuild.build({
   absWorkingDir: root,
   entryPoints: [KUBE_CLIENT],
   outdir: root,
