@@ -419,7 +419,8 @@ export function routedThroughTunnel(cidr: string, nativeRouting: PerFamily<boole
   return !(familyOfText(cidr) === 4 ? nativeRouting.ipv4 : nativeRouting.ipv6);
 }
 
-function sameList(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
+/** Equal lists, element by element (the same array, or both absent, count as equal). */
+export function sameList(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
   if (a === b) return true;
   if (a === undefined || b === undefined || a.length !== b.length) return false;
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;

@@ -30,7 +30,7 @@
 import type { Prefix } from '../../dataplane/net/ip.ts';
 import type { NodeObject } from './annotations.ts';
 import {
-  compareAddressText, keepUnchangedPeers, meshDecisions, namedPrefixes, nodeFacts, routedThroughTunnel,
+  compareAddressText, keepUnchangedPeers, meshDecisions, sameList, namedPrefixes, nodeFacts, routedThroughTunnel,
   type AcceptedNode, type ClusterObservations, type DesiredPeer, type MeshOptions, type MeshState, type NodeFacts, type SelfView,
 } from './desired-peers.ts';
 import { PrefixOwners } from './prefix-owners.ts';
@@ -245,12 +245,7 @@ function decideAlone(d: Decided, known: KnownNode, self: SelfView, options: Mesh
 function admit(d: Decided, node: AcceptedNode): void {
   d.accepted.set(node.name, node);
   d.nameOfKey.set(node.publicKey, node.name);
-  for (const [key, endpoint] of node.discovered) {
-    if (key === node.publicKey) continue; // nobody vouches for itself
-    let seen = d.observations.get(key);
-    if (!seen) d.observations.set(key, seen = new Map());
-    seen.set(node.name, endpoint);
-  }
+  note(d.observations, node);
 }
 
 /** Takes an accepted node's decision, its peer and what it observes out. */
@@ -267,7 +262,7 @@ function dismiss(d: Decided, node: AcceptedNode): void {
 /** Adds what an accepted node observes (not of itself) to `into`: key → observer → endpoint. */
 function note(into: Map<string, Map<string, string>>, node: AcceptedNode): void {
   for (const [key, endpoint] of node.discovered) {
-    if (key === node.publicKey) continue;
+    if (key === node.publicKey) continue; // nobody vouches for itself
     let seen = into.get(key);
     if (!seen) into.set(key, seen = new Map());
     seen.set(node.name, endpoint);
@@ -300,12 +295,6 @@ function sameObject(a: NodeObject, b: NodeObject): boolean {
   if (a === b) return true;
   const version = a.metadata?.resourceVersion;
   return version !== undefined && version !== '' && version === b.metadata?.resourceVersion;
-}
-
-function sameList(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
-  if (a === b) return true;
-  if (a === undefined || b === undefined || a.length !== b.length) return false;
-  return a.every((x, i) => x === b[i]);
 }
 
 function sameSelf(a: SelfView, b: SelfView): boolean {
