@@ -85,14 +85,19 @@ import {
   SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET, SOL_UDP, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF,
   SO_RXQ_OVFL, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
-import { lostWakeUpBackstop, startWorker, waitAsync } from '../sys/threads.ts';
+import { startWorker } from '../sys/threads.ts';
 import type { Bind, BindStats } from './bind.ts';
 import { StallWatch, WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 import type { UdpReaderConfig } from './udp-reader-worker.ts';
 import {
-  KERNEL_DROPS, LAST_ERRNO, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, RING_WAIT_BACKSTOP_MS, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
-  STATE_STOP_REQUESTED, TRUNCATED, UDP_RING_SLOTS, UDP_SLOT_SIZE, WRITE_SEQ, udpRingOffsets, udpRingViews, type UdpRingViews,
+  KERNEL_DROPS, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, NAME_SIZE, READER_FAILED, READ_ERRORS, TRUNCATED, UDP_RING_SLOTS, UDP_SLOT_SIZE,
+  udpRingOffsets, udpRingViews, type UdpRingViews,
 } from './udp-ring.ts';
+import {
+  CONSUMER_WAITING, LAST_ERRNO, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED, STATE_STOP_REQUESTED, WRITE_SEQ, awaitStopped,
+  release, requestStop, seqAdd, seqDistance,
+} from '../ring/shared-ring.ts';
+import { READER_WAIT_BACKSTOP_MS, awaitBooted, awaitChange, settleWaits } from '../ring/ring-wait.ts';
 
 /** Socket buffers large enough to absorb bursts between event-loop turns (wireguard-go uses 7 MiB). */
 const SOCKET_BUFFER_BYTES = 7 * 1024 * 1024;
@@ -664,7 +669,7 @@ export class FfiUdpBind implements Bind, Liveness {
     const written = Atomics.load(header, WRITE_SEQ);
     const before = this.ringWatch.stalls;
     const recover = this.ringWatch.check(performance.now(), written !== session.readSeq, session.readSeq, () => ({
-      written, consumed: session.readSeq, slots: session.slots, mainWaiting: Atomics.load(header, MAIN_WAITING) !== 0,
+      written, consumed: session.readSeq, slots: session.slots, mainWaiting: Atomics.load(header, CONSUMER_WAITING) !== 0,
       pumpScheduled: session.pumpScheduled, state: Atomics.load(header, STATE),
     }), this.onStall);
     this.stalls += this.ringWatch.stalls - before;
@@ -871,8 +876,7 @@ export class FfiUdpBind implements Bind, Liveness {
       const state = Atomics.load(header, STATE);
       if (state === STATE_RUNNING) return;
       if (state !== STATE_BOOTING || session.closed) throw new Error('the UDP reader thread is not running');
-      const waiting = waitAsync(header, STATE, STATE_BOOTING, START_TIMEOUT_MS);
-      if (waiting.async && (await waiting.value) === 'timed-out') {
+      if ((await awaitBooted(header, START_TIMEOUT_MS)) === 'timed-out') {
         throw new Error(`UDP reader thread did not start within ${START_TIMEOUT_MS} ms`);
       }
     }
@@ -897,18 +901,12 @@ export class FfiUdpBind implements Bind, Liveness {
    */
   private stopReader(session: Session): number {
     const header = session.views.header;
-    const previous = Atomics.compareExchange(header, STATE, STATE_BOOTING, STATE_STOPPED);
+    const previous = requestStop(header);
     if (previous !== STATE_RUNNING && previous !== STATE_STOP_REQUESTED) return previous;
-    Atomics.compareExchange(header, STATE, STATE_RUNNING, STATE_STOP_REQUESTED);
     const one = new Uint8Array(8);
     new BigUint64Array(one.buffer)[0] = 1n; // the eventfd counter increment, a host-order u64
-    this.libc!.write(session.wakeFd, one, 8);
-    Atomics.notify(header, READ_SEQ); // in case it waits for room in the ring
-    const deadline = performance.now() + STOP_TIMEOUT_MS;
-    let state: number;
-    while ((state = Atomics.load(header, STATE)) !== STATE_STOPPED && performance.now() < deadline) {
-      Atomics.wait(header, STATE, state, 20);
-    }
+    this.libc!.write(session.wakeFd, one, 8); // it may sit in poll
+    awaitStopped(header, STOP_TIMEOUT_MS);
     return STATE_RUNNING;
   }
 
@@ -942,8 +940,7 @@ export class FfiUdpBind implements Bind, Liveness {
     for (const fd of session.fds) libc.close(fd);
     libc.close(session.wakeFd);
     this.stats.detach();
-    Atomics.notify(header, WRITE_SEQ); // settles a pending Atomics.waitAsync of the main thread
-    Atomics.notify(header, STATE); // and of ready()
+    settleWaits(header); // a pending wait for data, and ready()
     if (previous !== STATE_BOOTING) await session.exited; // a stopped reader ends at once
   }
 
@@ -954,19 +951,14 @@ export class FfiUdpBind implements Bind, Liveness {
     const header = session.views.header;
     const seen = Atomics.load(header, WRITE_SEQ);
     if (seen !== session.readSeq) return this.schedulePump(session);
-    Atomics.store(header, MAIN_WAITING, 1);
     const token = ++session.waitToken;
-    // The wait also ends after RING_WAIT_BACKSTOP_MS (a lost notify; the pump looks again).
-    const result = waitAsync(header, WRITE_SEQ, seen, this.options.loseWakeUp === undefined ? lostWakeUpBackstop(RING_WAIT_BACKSTOP_MS) : undefined);
-    if (result.async) {
-      void result.value.then(() => {
-        if (++this.wakeUps === this.options.loseWakeUp) return; // test only: a lost notify
-        if (token === session.waitToken) this.pump(session);
-      });
-    } else {
-      Atomics.store(header, MAIN_WAITING, 0);
-      this.schedulePump(session);
-    }
+    // The wait also ends after its backstop (a lost notify; the pump looks again).
+    const woken = awaitChange(header, WRITE_SEQ, CONSUMER_WAITING, seen, this.options.loseWakeUp === undefined ? READER_WAIT_BACKSTOP_MS : undefined);
+    if (woken === undefined) return this.schedulePump(session);
+    void woken.then(() => {
+      if (++this.wakeUps === this.options.loseWakeUp) return; // test only: a lost notify
+      if (token === session.waitToken) this.pump(session);
+    });
   }
 
   /** Runs the pump from the macrotask queue, so a steady stream of datagrams cannot starve other I/O. */
@@ -995,7 +987,7 @@ export class FfiUdpBind implements Bind, Liveness {
     const { header, lengths, offsets } = session.views;
     const write = Atomics.load(header, WRITE_SEQ);
     let seq = session.readSeq;
-    const count = (write - seq) | 0;
+    const count = seqDistance(write, seq);
     if (count <= 0) return false;
     let failure: unknown;
     let more = false;
@@ -1017,7 +1009,7 @@ export class FfiUdpBind implements Bind, Liveness {
         break;
       }
       const slot = seq & mask;
-      seq = (seq + 1) | 0;
+      seq = seqAdd(seq, 1);
       const length = lengths[slot];
       if (length < 0) continue; // truncated: counted by the reader
       const source = this.sourceOf(session.views, slot);
@@ -1041,8 +1033,7 @@ export class FfiUdpBind implements Bind, Liveness {
     this.delivering = false;
     this.flushDeferred();
     session.readSeq = seq;
-    Atomics.store(header, READ_SEQ, seq);
-    Atomics.notify(header, READ_SEQ);
+    release(header, seq);
     const kernelDrops = stats.kernelDrops;
     if (kernelDrops > this.kernelDropsReported) {
       const dropped = kernelDrops - this.kernelDropsReported;

@@ -2,9 +2,9 @@
  * The UDP reader of FfiUdpBind: a worker thread that waits on the bind's (non-blocking) sockets
  * with poll(2) and drains each ready one with recvmmsg(2) straight into consecutive slots of the
  * shared ring (udp-ring.ts): datagram bytes, source address and length, up to a whole run of free
- * slots per system call. It wakes the main thread with Atomics.notify only when the main thread
- * said it is waiting (MAIN_WAITING), so under load one wake-up carries many datagrams and the
- * receive system calls run beside the main thread's packet processing.
+ * slots per system call. It wakes the main thread through the ring's doorbell (ring/shared-ring.ts:
+ * a notify only when the main thread said it waits), so under load one wake-up carries many
+ * datagrams and the receive system calls run beside the main thread's packet processing.
  *
  * The sockets ask for IP_PKTINFO / IPV6_RECVPKTINFO: each datagram comes with the local address
  * it arrived on, which the reader copies into the slot's `locals` words; the main thread keeps it
@@ -27,9 +27,9 @@ import {
   CMSGHDR_SIZE, EAGAIN, EBADF, EINTR, IPPROTO_IP, IPPROTO_IPV6, IPV6_PKTINFO, IP_PKTINFO, MSG_DONTWAIT, MSG_TRUNC, MMSGHDR_SIZE, IOVEC_SIZE,
   POLLIN, POLLNVAL, SOCKADDR_IN6_SIZE, SOL_SOCKET, SOL_UDP, SO_RXQ_OVFL, UDP_GRO, loadLibc, type Libc } from '../sys/libc.ts';
 import {
-  CONTROL_SIZE, KERNEL_DROPS, LAST_ERRNO, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, MAIN_WAITING, NAME_SIZE, READER_FAILED, READ_ERRORS, READ_SEQ,
-  STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOP_REQUESTED, TRUNCATED, WRITE_SEQ, udpRingViews } from './udp-ring.ts';
-import { finishReader } from '../tun/ring.ts';
+  CONTROL_SIZE, KERNEL_DROPS, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, NAME_SIZE, READ_ERRORS, TRUNCATED, udpRingViews } from './udp-ring.ts';
+import {
+  LAST_ERRNO, READ_SEQ, WRITE_SEQ, awaitRoom, beginRunning, finishWorker, publish, seqAdd, seqDistance } from '../ring/shared-ring.ts';
 
 export interface UdpReaderConfig {
   /** The bind's sockets (IPv4 first, then IPv6 when there is one), non-blocking. */
@@ -75,9 +75,8 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
   // The control buffers as 32-bit words: per slot, cmsg_len at +0, cmsg_level at +2, cmsg_type at +3, the value at +4.
   const control32 = new Int32Array(buffer, offsets.controls, (slots * CONTROL_SIZE) / 4);
   const CONTROL_WORDS = CONTROL_SIZE / 4;
-  if (Atomics.compareExchange(header, STATE, STATE_BOOTING, STATE_RUNNING) !== STATE_BOOTING) return; // closed before we began
+  if (!beginRunning(header)) return; // closed before we began
   buildMessageHeaders(libc, config, offsets);
-  Atomics.notify(header, STATE); // open() waits for STATE_RUNNING
 
   const mask = slots - 1;
   // Per slot: a view of the mmsghdr array from that slot on (recvmmsg's msgvec argument).
@@ -100,17 +99,18 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
 
   let write = Atomics.load(header, WRITE_SEQ);
 
-  const finish = (errno: number) => finishReader(header, errno, READER_FAILED);
+  /** The reader's last act; a non-zero errno raises READER_FAILED. */
+  const finish = (errno: number) => finishWorker(header, errno);
 
   /** Receives from socket `which` (index into fds) until it has nothing more or the ring is full; returns a fatal errno or 0. */
   const drain = (which: number): number => {
     const fd = fds[which];
     let consumed = Atomics.load(header, READ_SEQ);
     for (;;) {
-      let free = slots - ((write - consumed) | 0);
+      let free = slots - seqDistance(write, consumed);
       if (free <= 0) {
         consumed = Atomics.load(header, READ_SEQ);
-        free = slots - ((write - consumed) | 0);
+        free = slots - seqDistance(write, consumed);
         if (free <= 0) return 0; // ring full: the kernel queues meanwhile
       }
       const first = write & mask;
@@ -165,11 +165,8 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
           msg32[words + 2] = SOCKADDR_IN6_SIZE; // the kernel wrote the actual name length back
           msg32[words + 10] = CONTROL_SIZE; // and the control length
         }
-        write = (write + n) | 0;
-        Atomics.store(header, WRITE_SEQ, write);
-        if (Atomics.load(header, MAIN_WAITING) !== 0 && Atomics.exchange(header, MAIN_WAITING, 0) !== 0) {
-          Atomics.notify(header, WRITE_SEQ);
-        }
+        write = seqAdd(write, n);
+        publish(header, write);
         if (n < vlen) return 0; // the socket's queue is (momentarily) empty
         continue;
       }
@@ -184,15 +181,8 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
   };
 
   for (;;) {
-    if (Atomics.load(header, STATE) === STATE_STOP_REQUESTED) return finish(0);
-
-    // Ring full: wait until the main thread has consumed something (it notifies READ_SEQ; a stop
-    // request notifies it too).
-    const read = Atomics.load(header, READ_SEQ);
-    if (((write - read) | 0) >= slots) {
-      Atomics.wait(header, READ_SEQ, read, 1000);
-      continue;
-    }
+    // Ring full: wait until the main thread has consumed something. The kernel queues meanwhile.
+    if (!awaitRoom(header, write, slots)) return finish(0);
 
     for (let i = 0; i < count; i++) poll16[4 * i + 3] = 0;
     if (libc.poll(pollBytes, count, -1) < 0) {

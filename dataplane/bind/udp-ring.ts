@@ -2,12 +2,11 @@
  * The receive ring of FfiUdpBind: one SharedArrayBuffer shared by the UDP reader worker (the only
  * producer, udp-reader-worker.ts) and the main thread (the only consumer, ffi-udp-bind.ts).
  *
- * It follows the TUN ring (tun/ring.ts: the same header words, sequence numbers modulo 2^32, slot
- * of sequence s = s & (slots - 1), the MAIN_WAITING wake-up protocol and the STATE stop handshake)
- * and adds what recvmmsg needs, all inside the shared memory so that the kernel writes straight
- * into it:
+ * The ring header and the protocol (sequence numbers, the doorbell, the stop handshake) are
+ * ring/shared-ring.ts's; this module lays out what recvmmsg needs, all inside the shared memory so
+ * that the kernel writes straight into it:
  *
- *   header   UDP_HEADER_INTS int32 (tun/ring.ts indices, plus TRUNCATED and KERNEL_DROPS below)
+ *   header   UDP_HEADER_INTS int32 (the ring header, then READ_ERRORS, TRUNCATED and KERNEL_DROPS below)
  *   lengths  int32 per slot: the datagram length, or -1 when it did not fit its slot
  *   names    32 bytes per slot: the source address (struct sockaddr_in or sockaddr_in6, 28 bytes)
  *   segments int32 per slot: with UDP GRO, the size of the datagrams a coalesced slot holds (0 = one datagram)
@@ -21,27 +20,24 @@
  * Slot i's mmsghdr points at name i and iovec i, and iovec i at data slot i, so one recvmmsg into
  * the mmsghdrs of slots [s, s + n) fills n consecutive slots.
  */
-import { HEADER_INTS } from '../tun/ring.ts';
 import { IOVEC_SIZE, MMSGHDR_SIZE } from '../sys/libc.ts';
+import { FAILED, RING_HEADER_INTS, checkSlots } from '../ring/shared-ring.ts';
 
-export {
-  HEADER_INTS, LAST_ERRNO, RING_WAIT_BACKSTOP_MS, MAIN_WAITING, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED,
-  STATE_STOP_REQUESTED, WRITE_SEQ,
-} from '../tun/ring.ts';
-
-/** Set to 1 by the worker when it ended on an error of its own (poll failed, a socket became unusable). */
-export { DEVICE_GONE as READER_FAILED } from '../tun/ring.ts';
+/** Set to 1 by the reader when it ended on an error of its own (poll failed, a socket became unusable). */
+export const READER_FAILED = FAILED;
+/** Failed receives (a pending socket error, e.g. an ICMP report, is returned once; the reader goes on). */
+export const READ_ERRORS = RING_HEADER_INTS;
 /** Datagrams larger than a slot (dropped; counted as receive errors). */
-export const TRUNCATED = 7;
+export const TRUNCATED = RING_HEADER_INTS + 1;
 
 /**
  * Per socket (in the order of the reader's fds: IPv4, then IPv6), the kernel's count of datagrams
  * it dropped before the reader could take them (SO_RXQ_OVFL: a full receive queue), as the last
  * datagram received reported it: an unsigned 32-bit count, cumulative since the socket was made.
  */
-export const KERNEL_DROPS = HEADER_INTS;
-/** The UDP ring's header: the TUN ring's words, then KERNEL_DROPS for two sockets. */
-export const UDP_HEADER_INTS = HEADER_INTS + 2;
+export const KERNEL_DROPS = RING_HEADER_INTS + 2;
+/** The UDP ring's header: the ring header, READ_ERRORS, TRUNCATED, then KERNEL_DROPS for two sockets. */
+export const UDP_HEADER_INTS = KERNEL_DROPS + 2;
 
 /** Bytes reserved per source address (sizeof(struct sockaddr_in6) = 28, rounded up). */
 export const NAME_SIZE = 32;
@@ -87,7 +83,7 @@ const align = (n: number, to: number) => Math.ceil(n / to) * to;
 
 export function udpRingOffsets(layout: UdpRingLayout): UdpRingOffsets {
   const { slots, slotSize } = layout;
-  if (slots <= 0 || (slots & (slots - 1)) !== 0) throw new RangeError(`slots must be a power of two, got ${slots}`);
+  checkSlots(slots);
   if (!Number.isInteger(slotSize) || slotSize < 64 || slotSize % 8 !== 0) throw new RangeError(`bad slot size ${slotSize}`);
   const lengths = UDP_HEADER_INTS * 4;
   const names = align(lengths + slots * 4, 64);

@@ -46,13 +46,14 @@ import {
 } from '../sys/libc.ts';
 import { MAX_COALESCED, VNET_HDR_SIZE, VNET_READ_SIZE, coalesceAndWrite, wordsOf } from './offload.ts';
 import { VNET_READ_REFUSED, VnetReader, type SlotSink } from './vnet-read.ts';
-import { isBun, lostWakeUpBackstop, startWorker, waitAsync } from '../sys/threads.ts';
+import { isBun, startWorker } from '../sys/threads.ts';
 import { StallWatch, WATCH_INTERVAL_MS as RING_WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 import type { ReaderConfig } from './reader-worker.ts';
+import { DEFAULT_SLOTS, DEVICE_GONE, READ_ERRORS, SLOT_SIZE, ringBytes, ringViews, type RingViews } from './ring.ts';
 import {
-  DEFAULT_SLOTS, DEVICE_GONE, RING_WAIT_BACKSTOP_MS, LAST_ERRNO, MAIN_WAITING, READ_ERRORS, READ_SEQ, SLOT_SIZE, STATE, STATE_BOOTING, STATE_RUNNING,
-  STATE_STOPPED, STATE_STOP_REQUESTED, WRITE_SEQ, ringBytes, ringViews, type RingViews,
-} from './ring.ts';
+  CONSUMER_WAITING, LAST_ERRNO, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, WRITE_SEQ, awaitStopped, release, requestStop, seqAdd, seqDistance,
+} from '../ring/shared-ring.ts';
+import { READER_WAIT_BACKSTOP_MS, awaitBooted, awaitChange, settleWaits } from '../ring/ring-wait.ts';
 import type { OpenTunOptions, Tun, TunReader, TunStats } from './tun.ts';
 
 
@@ -309,8 +310,7 @@ export class LinuxTun implements Tun, Liveness {
     while (Atomics.load(header, STATE) === STATE_BOOTING && !this.closed) {
       const left = deadline - performance.now();
       if (left <= 0) throw new Error(`${this.name}: the TUN reader thread did not start within ${READY_TIMEOUT_MS} ms`);
-      const waiting = waitAsync(header, STATE, STATE_BOOTING, left);
-      if (waiting.async) await waiting.value;
+      await awaitBooted(header, left);
     }
   }
 
@@ -379,8 +379,8 @@ export class LinuxTun implements Tun, Liveness {
     if (this.ctlFd >= 0) this.libc.close(this.ctlFd);
     if (this.wakeFd >= 0) this.libc.close(this.wakeFd);
     this.wakeFd = -1;
-    // Settles a pending Atomics.waitAsync of the main thread, so nothing is left waiting.
-    Atomics.notify(this.ring.header, WRITE_SEQ);
+    // Settles the main thread's pending waits on the ring, so nothing is left waiting.
+    settleWaits(this.ring.header);
   }
 
   // --- reading --------------------------------------------------------------------------------------
@@ -390,7 +390,7 @@ export class LinuxTun implements Tun, Liveness {
     const worker = this.worker;
     if (!worker) return;
     const header = this.ring.header;
-    let state = Atomics.compareExchange(header, STATE, STATE_BOOTING, STATE_STOPPED);
+    const state = requestStop(header);
     if (state === STATE_BOOTING) {
       // The reader has not begun: it will see STOPPED and return by itself. Terminating a worker
       // that is still loading koffi's native addon aborts the whole process, so we must not.
@@ -398,15 +398,10 @@ export class LinuxTun implements Tun, Liveness {
       return;
     }
     if (state === STATE_RUNNING) {
-      Atomics.compareExchange(header, STATE, STATE_RUNNING, STATE_STOP_REQUESTED);
       const one = new Uint8Array(8);
       new BigUint64Array(one.buffer)[0] = 1n; // the eventfd counter increment, a host-order u64
-      this.libc.write(this.wakeFd, one, 8);
-      Atomics.notify(header, READ_SEQ);
-      const deadline = performance.now() + STOP_TIMEOUT_MS;
-      while ((state = Atomics.load(header, STATE)) !== STATE_STOPPED && performance.now() < deadline) {
-        Atomics.wait(header, STATE, state, 20);
-      }
+      this.libc.write(this.wakeFd, one, 8); // it may sit in poll
+      awaitStopped(header, STOP_TIMEOUT_MS);
     }
     void worker.terminate().catch(() => {});
   }
@@ -416,19 +411,14 @@ export class LinuxTun implements Tun, Liveness {
     const header = this.ring.header;
     const seen = Atomics.load(header, WRITE_SEQ);
     if (seen !== this.readSeq || Atomics.load(header, DEVICE_GONE) === 1) return this.schedulePump();
-    Atomics.store(header, MAIN_WAITING, 1);
     const token = ++this.waitToken;
-    // The wait also ends after RING_WAIT_BACKSTOP_MS (a lost notify; the pump looks again).
-    const result = waitAsync(header, WRITE_SEQ, seen, this.loseWakeUp === undefined ? lostWakeUpBackstop(RING_WAIT_BACKSTOP_MS) : undefined);
-    if (result.async) {
-      void result.value.then(() => {
-        if (++this.wakeUps === this.loseWakeUp) return; // test only: a lost notify
-        if (token === this.waitToken) this.pump();
-      });
-    } else {
-      Atomics.store(header, MAIN_WAITING, 0);
-      this.schedulePump();
-    }
+    // The wait also ends after its backstop (a lost notify; the pump looks again).
+    const woken = awaitChange(header, WRITE_SEQ, CONSUMER_WAITING, seen, this.loseWakeUp === undefined ? READER_WAIT_BACKSTOP_MS : undefined);
+    if (woken === undefined) return this.schedulePump();
+    void woken.then(() => {
+      if (++this.wakeUps === this.loseWakeUp) return; // test only: a lost notify
+      if (token === this.waitToken) this.pump();
+    });
   }
 
   get liveness(): Liveness | undefined {
@@ -451,7 +441,7 @@ export class LinuxTun implements Tun, Liveness {
     const written = Atomics.load(header, WRITE_SEQ);
     const before = this.ringWatch.stalls;
     const recover = this.ringWatch.check(performance.now(), written !== this.readSeq, this.readSeq, () => ({
-      written, consumed: this.readSeq, slots: DEFAULT_SLOTS, mainWaiting: Atomics.load(header, MAIN_WAITING) !== 0,
+      written, consumed: this.readSeq, slots: DEFAULT_SLOTS, mainWaiting: Atomics.load(header, CONSUMER_WAITING) !== 0,
       pumpScheduled: this.pumpScheduled, state: Atomics.load(header, STATE),
     }), this.onStall);
     this.stalls += this.ringWatch.stalls - before;
@@ -474,7 +464,7 @@ export class LinuxTun implements Tun, Liveness {
     const { header, lengths, data } = this.ring;
     const write = Atomics.load(header, WRITE_SEQ);
     let seq = this.readSeq;
-    const count = (write - seq) | 0;
+    const count = seqDistance(write, seq);
     if (count > 0) {
       const packets = this.packets;
       const mask = DEFAULT_SLOTS - 1;
@@ -482,12 +472,11 @@ export class LinuxTun implements Tun, Liveness {
         const slot = seq & mask;
         const offset = slot * SLOT_SIZE;
         packets[i] = data.subarray(offset, offset + lengths[slot]);
-        seq = (seq + 1) | 0;
+        seq = seqAdd(seq, 1);
       }
       const failure = this.deliver(packets, count);
       this.readSeq = write;
-      Atomics.store(header, READ_SEQ, write);
-      Atomics.notify(header, READ_SEQ);
+      release(header, write);
       // A throwing handler is a bug in the caller: surface it, but keep the ring consistent first.
       if (failure !== undefined) queueMicrotask(() => { throw failure; });
     }

@@ -1,7 +1,7 @@
 /**
  * The TUN reader: a worker thread that waits for the (non-blocking) TUN file descriptor with
  * poll(2), reads every packet that is ready straight into the next free slot of the shared ring
- * (ring.ts) and wakes the main thread with Atomics.notify. The main thread drains all ready slots
+ * (ring.ts) and wakes the main thread through the ring's doorbell (ring/shared-ring.ts). The main thread drains all ready slots
  * as one batch, so under load one wake-up carries many packets, and the read syscalls run here,
  * in parallel with the main thread's packet processing.
  *
@@ -24,9 +24,9 @@
  */
 import { workerData } from 'node:worker_threads';
 import { DEVICE_GONE_ERRNOS, EAGAIN, EBADFD, EINTR, POLLERR, POLLHUP, POLLIN, POLLNVAL, loadLibc, type Libc } from '../sys/libc.ts';
+import { READ_ERRORS, ringViews } from './ring.ts';
 import {
-  DEVICE_GONE, MAIN_WAITING, READ_ERRORS, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING,
-  STATE_STOP_REQUESTED, WRITE_SEQ, ringViews, finishReader } from './ring.ts';
+  READ_SEQ, WRITE_SEQ, awaitRoom, beginRunning, finishWorker, publish, ringFull, seqAdd } from '../ring/shared-ring.ts';
 import { VNET_READ_SIZE, wordsOf } from './offload.ts';
 import { VNET_READ_REFUSED, VNET_READ_STOPPED, VnetReader, type SlotSink } from './vnet-read.ts';
 
@@ -48,8 +48,7 @@ export interface ReaderConfig {
 export function runReader(libc: Libc, config: ReaderConfig): void {
   const { fd, wakeFd, slots, slotSize } = config;
   const { header, lengths, data } = ringViews(config.buffer, config);
-  if (Atomics.compareExchange(header, STATE, STATE_BOOTING, STATE_RUNNING) !== STATE_BOOTING) return; // closed before we began
-  Atomics.notify(header, STATE); // LinuxTun.ready() waits for STATE_RUNNING
+  if (!beginRunning(header)) return; // closed before we began
 
   const mask = slots - 1;
   const slotViews: Uint8Array[] = [];
@@ -66,15 +65,8 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
 
   let write = Atomics.load(header, WRITE_SEQ);
 
-  const finish = (goneErrno: number) => finishReader(header, goneErrno, DEVICE_GONE);
-
-  /** Makes the slots filled so far visible to the main thread, waking it if it waits. */
-  const publish = () => {
-    Atomics.store(header, WRITE_SEQ, write);
-    if (Atomics.load(header, MAIN_WAITING) !== 0 && Atomics.exchange(header, MAIN_WAITING, 0) !== 0) {
-      Atomics.notify(header, WRITE_SEQ);
-    }
-  };
+  /** The reader's last act; a non-zero errno says the device is gone (DEVICE_GONE). */
+  const finish = (goneErrno: number) => finishWorker(header, goneErrno);
 
   // With a vnet header: reads land in a private buffer and are copied or split into ring slots
   // (vnet-read.ts, shared with the event-loop reader).
@@ -82,13 +74,8 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
 
   /** Waits until a slot is free (publishing first); false when a stop was requested meanwhile. */
   const waitForRoom = (): boolean => {
-    publish();
-    for (;;) {
-      if (Atomics.load(header, STATE) === STATE_STOP_REQUESTED) return false;
-      const consumed = Atomics.load(header, READ_SEQ);
-      if (((write - consumed) | 0) < slots) return true;
-      Atomics.wait(header, READ_SEQ, consumed, 1000);
-    }
+    publish(header, write);
+    return awaitRoom(header, write, slots);
   };
 
   // The slots of one read: the first is known to be free; a super-packet's later segments wait
@@ -96,7 +83,7 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
   let waited = false;
   const sink: SlotSink = {
     slot: () => {
-      if (((write - Atomics.load(header, READ_SEQ)) | 0) >= slots) {
+      if (ringFull(write, Atomics.load(header, READ_SEQ), slots)) {
         if (!waitForRoom()) return undefined;
         waited = true;
       }
@@ -104,20 +91,15 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
     },
     filled: (length) => {
       lengths[write & mask] = length;
-      write = (write + 1) | 0;
+      write = seqAdd(write, 1);
     },
   };
 
   for (;;) {
-    if (Atomics.load(header, STATE) === STATE_STOP_REQUESTED) return finish(0);
-
-    // Ring full: wait until the main thread has consumed something (it notifies READ_SEQ; a stop
-    // request notifies it too). The kernel queues (and, past txqueuelen, drops) meanwhile.
+    // Ring full: wait until the main thread has consumed something. The kernel queues (and, past
+    // txqueuelen, drops) meanwhile.
+    if (!awaitRoom(header, write, slots)) return finish(0);
     const read = Atomics.load(header, READ_SEQ);
-    if (((write - read) | 0) >= slots) {
-      Atomics.wait(header, READ_SEQ, read, 1000);
-      continue;
-    }
 
     poll16[3] = 0;
     poll16[7] = 0;
@@ -133,16 +115,16 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
     // Read until the kernel queue is empty or the ring is full.
     let consumed = read;
     for (;;) {
-      if (((write - consumed) | 0) >= slots) {
+      if (ringFull(write, consumed, slots)) {
         consumed = Atomics.load(header, READ_SEQ);
-        if (((write - consumed) | 0) >= slots) break;
+        if (ringFull(write, consumed, slots)) break;
       }
       const n = vnet ? libc.read(fd, vnet.target, VNET_READ_SIZE) : libc.read(fd, slotViews[write & mask], slotSize);
       if (n > 0) {
         if (!vnet) {
           lengths[write & mask] = n;
-          write = (write + 1) | 0;
-          publish();
+          write = seqAdd(write, 1);
+          publish(header, write);
           continue;
         }
         waited = false;
@@ -150,7 +132,7 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
         if (placed === VNET_READ_STOPPED) return finish(0); // stop requested while waiting for room
         if (placed === VNET_READ_REFUSED) Atomics.add(header, READ_ERRORS, 1);
         if (waited) consumed = Atomics.load(header, READ_SEQ);
-        publish();
+        publish(header, write);
         continue;
       }
       if (n === 0) break;

@@ -407,7 +407,8 @@ describe('TUN offload: coalescing segments (GRO)', () => {
 describe('TUN reader thread with a vnet header (a scripted kernel)', () => {
   test('super-packets are split into ring slots, partial checksums completed, bad ones counted', async () => {
     const { runReader } = await import('../../dataplane/tun/reader-worker.ts');
-    const { ringBytes, ringViews, READ_ERRORS, STATE, STATE_STOPPED, STATE_STOP_REQUESTED, WRITE_SEQ } = await import('../../dataplane/tun/ring.ts');
+    const { ringBytes, ringViews, READ_ERRORS } = await import('../../dataplane/tun/ring.ts');
+    const { STATE, STATE_STOPPED, STATE_STOP_REQUESTED, WRITE_SEQ } = await import('../../dataplane/ring/shared-ring.ts');
     const { EAGAIN, POLLIN } = await import('../../dataplane/sys/libc.ts');
     type Libc = import('../../dataplane/sys/libc.ts').Libc;
 
