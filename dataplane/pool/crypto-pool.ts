@@ -12,15 +12,17 @@
  */
 import { availableParallelism } from 'node:os';
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
-import { lostWakeUpBackstop, startWorker, waitAsync } from '../sys/threads.ts';
+import { startWorker } from '../sys/threads.ts';
 import type { Crypto } from '../crypto/primitives.ts';
 import { openBatch, sealBatch } from './batch-crypto.ts';
 import type { PacketBatch } from './packet-batch.ts';
 import {
-  COMPLETED, CONTROL_INTS, DONE, MAIN_WAITING, OP_OPEN, OP_SEAL, SHARED_INTS, STATE, STATE_BOOTING, STATE_FAILED, STATE_STOP,
+  COMPLETED, CONTROL_INTS, DONE, MAIN_WAITING, OP_OPEN, OP_SEAL, SHARED_INTS, STATE_FAILED,
   SUBMITTED, TASK_BYTES, TASK_SLOTS, T_BATCH, T_COUNT, T_KEY, T_MTU, T_OP, T_RECEIVER, T_STATUS,
-  WORKER_WAITING, type BatchRegistration, type CryptoWorkerConfig, type WorkerFaults,
+  type BatchRegistration, type CryptoWorkerConfig, type WorkerFaults,
 } from './task-ring.ts';
+import { CONSUMER_WAITING, STATE, STATE_BOOTING, publish, requestStop, seqAdd, seqDistance } from '../ring/shared-ring.ts';
+import { awaitBooted, awaitChange } from '../ring/ring-wait.ts';
 import { StallWatch, WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 
 export interface CryptoPool {
@@ -48,7 +50,7 @@ export class InlineCryptoPool implements CryptoPool {
   async close(): Promise<void> {}
 }
 
-/** A wait for completions also ends after this long (see lostWakeUpBackstop). */
+/** A wait for completions also ends after this long (the backstop, see ring/ring-wait.ts). */
 const WAIT_BACKSTOP_MS = 20;
 
 /** How long close() waits for a worker to finish its queue and end before terminating it. */
@@ -161,7 +163,7 @@ class CryptoWorker {
   }
 
   get inRing(): number {
-    return (this.submitted - this.seen) | 0;
+    return seqDistance(this.submitted, this.seen);
   }
 
   get outstanding(): number {
@@ -237,8 +239,7 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
       const state = Atomics.load(w.control, STATE);
       if (state !== STATE_BOOTING || !w.alive) break;
       if (performance.now() > deadline) return this.fatal(new Error(`crypto worker ${w.index} did not start within ${BOOT_TIMEOUT_MS} ms`));
-      const waiting = waitAsync(w.control, STATE, STATE_BOOTING, 1000);
-      if (waiting.async) await waiting.value;
+      await awaitBooted(w.control, 1000);
     }
     if (Atomics.load(w.control, STATE) === STATE_FAILED) this.lost(w, new Error('a crypto worker could not load its crypto providers'));
     // Tasks may have queued in its ring while it loaded.
@@ -316,9 +317,8 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
     t[words + T_STATUS] = 0;
     w.tasks8.set(key.subarray(0, 32), slot * TASK_BYTES + T_KEY);
     w.pending.push(pending);
-    w.submitted = (w.submitted + 1) | 0;
-    Atomics.store(w.control, SUBMITTED, w.submitted);
-    if (Atomics.load(w.control, WORKER_WAITING) !== 0) Atomics.notify(w.control, SUBMITTED);
+    w.submitted = seqAdd(w.submitted, 1);
+    publish(w.control, w.submitted);
   }
 
   /** Waits (asynchronously) for the next completion while tasks are outstanding. */
@@ -326,25 +326,23 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
     if (this.waiting) return;
     this.waiting = true;
     const token = ++this.waitToken;
-    Atomics.store(this.shared, MAIN_WAITING, 1);
     // Returns at once when a task finished since the last wake-up took its count.
     const lose = this.options.loseWakeUp !== undefined;
-    const result = waitAsync(this.shared, DONE, this.doneHandled, lose ? undefined : lostWakeUpBackstop(WAIT_BACKSTOP_MS));
-    if (result.async) {
-      void result.value.then((outcome) => {
-        if (++this.wakeUps === this.options.loseWakeUp) return; // test only: a lost notify
-        if (token !== this.waitToken) return;
-        if (outcome === 'timed-out') {
-          if (Atomics.load(this.shared, DONE) === this.doneHandled) { this.waiting = false; this.wait(); return; }
-          // A worker that swapped MAIN_WAITING to 0 has notified: the runtime dropped that wake-up.
-          if (Atomics.load(this.shared, MAIN_WAITING) === 0) this.lostWakeUps++;
-        }
-        this.wake();
-      });
-    } else {
-      Atomics.store(this.shared, MAIN_WAITING, 0);
+    const woken = awaitChange(this.shared, DONE, MAIN_WAITING, this.doneHandled, lose ? undefined : WAIT_BACKSTOP_MS);
+    if (woken === undefined) {
       queueMicrotask(() => { if (token === this.waitToken) this.wake(); });
+      return;
     }
+    void woken.then((outcome) => {
+      if (++this.wakeUps === this.options.loseWakeUp) return; // test only: a lost notify
+      if (token !== this.waitToken) return;
+      if (outcome === 'timed-out') {
+        if (Atomics.load(this.shared, DONE) === this.doneHandled) { this.waiting = false; this.wait(); return; }
+        // A worker that swapped MAIN_WAITING to 0 has notified: the runtime dropped that wake-up.
+        if (Atomics.load(this.shared, MAIN_WAITING) === 0) this.lostWakeUps++;
+      }
+      this.wake();
+    });
   }
 
   private wake(): void {
@@ -368,7 +366,7 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
       const status = w.tasks32[slot * (TASK_BYTES / 4) + T_STATUS];
       const pending = w.pending[w.head];
       w.pending[w.head++] = undefined as unknown as Pending;
-      w.seen = (w.seen + 1) | 0;
+      w.seen = seqAdd(w.seen, 1);
       if (status === 0) pending.resolve(pending.count);
       else pending.reject(new CryptoPoolError('crypto worker could not process the batch', 'crypto-worker-failed'));
     }
@@ -430,7 +428,7 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
       completed: Atomics.load(w.control, COMPLETED),
       inRing: w.inRing,
       backlog: w.backlog.length,
-      workerWaiting: Atomics.load(w.control, WORKER_WAITING) !== 0,
+      workerWaiting: Atomics.load(w.control, CONSUMER_WAITING) !== 0,
       done: Atomics.load(this.shared, DONE),
       doneHandled: this.doneHandled,
       mainWaiting: Atomics.load(this.shared, MAIN_WAITING) !== 0,
@@ -517,10 +515,7 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
     if (this.watchdog) clearInterval(this.watchdog);
     // Replacements started meanwhile must have loaded before they may be terminated.
     await Promise.all(this.workers.map((w) => w.started));
-    for (const w of this.workers) {
-      Atomics.store(w.control, STATE, STATE_STOP);
-      Atomics.notify(w.control, SUBMITTED);
-    }
+    for (const w of this.workers) requestStop(w.control);
     await Promise.all(this.workers.map(async (w) => {
       let timer: ReturnType<typeof setTimeout> | undefined;
       const late = new Promise<'late'>((resolve) => { timer = setTimeout(() => resolve('late'), STOP_TIMEOUT_MS); });

@@ -12,10 +12,11 @@ import { selectAead } from '../crypto/select.ts';
 import type { Aead } from '../crypto/primitives.ts';
 import { openBatch, sealBatch, type BatchView } from './batch-crypto.ts';
 import {
-  CONTROL_INTS, COMPLETED, DONE, MAIN_WAITING, OP_SEAL, STATE, STATE_FAILED, STATE_READY, STATE_STOP, STATE_STOPPED, SUBMITTED, TASK_BYTES,
-  TASK_SLOTS, T_BATCH, T_COUNT, T_KEY, T_MTU, T_OP, T_RECEIVER, T_STATUS, WORKER_WAITING,
+  CONTROL_INTS, COMPLETED, DONE, MAIN_WAITING, OP_SEAL, STATE_FAILED, SUBMITTED, TASK_BYTES,
+  TASK_SLOTS, T_BATCH, T_COUNT, T_KEY, T_MTU, T_OP, T_RECEIVER, T_STATUS,
   type BatchRegistration, type BatchRelease, type CryptoWorkerConfig,
 } from './task-ring.ts';
+import { STATE, awaitPublished, beginRunning, finishWorker, markConsumed, ringDoorbell, seqAdd, stopRequested } from '../ring/shared-ring.ts';
 
 export function runCryptoWorker(crypto: Aead, config: CryptoWorkerConfig): void {
   const control = new Int32Array(config.control);
@@ -52,17 +53,12 @@ export function runCryptoWorker(crypto: Aead, config: CryptoWorkerConfig): void 
   };
 
   let next = Atomics.load(control, COMPLETED);
-  Atomics.store(control, STATE, STATE_READY);
-  Atomics.notify(control, STATE);
+  if (!beginRunning(control)) return; // the pool closed while this worker loaded
   for (;;) {
     if (Atomics.load(control, SUBMITTED) === next) {
-      if (Atomics.load(control, STATE) === STATE_STOP) break;
+      if (stopRequested(control)) break; // the tasks submitted before the request are done
       drainPort(); // releases of collected batches, while idle
-      Atomics.store(control, WORKER_WAITING, 1);
-      if (Atomics.load(control, SUBMITTED) === next && Atomics.load(control, STATE) !== STATE_STOP) {
-        Atomics.wait(control, SUBMITTED, next);
-      }
-      Atomics.store(control, WORKER_WAITING, 0);
+      awaitPublished(control, next);
       continue;
     }
     if (faults.stallAfter !== undefined && taken++ >= faults.stallAfter) {
@@ -90,15 +86,13 @@ export function runCryptoWorker(crypto: Aead, config: CryptoWorkerConfig): void 
       key.fill(0);
     }
     tasks32[w + T_STATUS] = status;
-    next = (next + 1) | 0;
-    Atomics.store(control, COMPLETED, next);
+    next = seqAdd(next, 1);
+    // COMPLETED before DONE: the main thread reads DONE before it collects.
+    markConsumed(control, next);
     Atomics.add(shared, DONE, 1);
-    if (Atomics.load(shared, MAIN_WAITING) !== 0 && Atomics.exchange(shared, MAIN_WAITING, 0) !== 0) {
-      Atomics.notify(shared, DONE);
-    }
+    ringDoorbell(shared, DONE, MAIN_WAITING);
   }
-  Atomics.store(control, STATE, STATE_STOPPED);
-  Atomics.notify(control, STATE);
+  finishWorker(control, 0);
 }
 
 const config = workerData as CryptoWorkerConfig | undefined;

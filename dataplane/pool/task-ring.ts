@@ -1,13 +1,15 @@
 /**
  * The shared memory between WorkerCryptoPool (crypto-pool.ts, main thread) and its worker threads
- * (crypto-worker.ts): no message is posted per task. Each worker has
+ * (crypto-worker.ts): no message is posted per task. Each worker has a ring (ring/shared-ring.ts,
+ * which holds the protocol and why no wake-up is lost; here the main thread is the producer):
  *
- *   control  CONTROL_INTS int32: SUBMITTED (main), COMPLETED (worker), WORKER_WAITING, STATE
+ *   control  CONTROL_INTS int32: the ring header (SUBMITTED, COMPLETED, STATE, the doorbell)
  *   tasks    TASK_SLOTS descriptors of TASK_BYTES each, a ring indexed by sequence & (TASK_SLOTS - 1)
  *
  * and the pool has one `shared` int32 pair: DONE (every worker adds 1 per finished task) and
- * MAIN_WAITING (the main thread waits on DONE with Atomics.waitAsync; a worker notifies only
- * when it swaps that flag from 1 to 0, as in the TUN ring: tun/ring.ts).
+ * MAIN_WAITING, the doorbell of the main thread's wait on DONE (ring/ring-wait.ts). The main
+ * thread never waits for room in a ring (it keeps a backlog): a worker records COMPLETED without
+ * a notify and rings DONE's doorbell instead, and the main thread then collects every worker.
  *
  * A descriptor holds the operation, the batch (by the id under which the pool registered its
  * shared memory with the worker, once, over a MessagePort the worker reads synchronously), the
@@ -16,42 +18,17 @@
  * and zeroes the key before it reports the task done. The main thread reuses a descriptor only
  * after its task was reported done, and writes it before publishing SUBMITTED, so each side sees
  * complete descriptors (Atomics are sequentially consistent).
- *
- * Why no wake-up is lost (both directions are the same Dekker pattern, and Atomics are SC):
- * - main -> worker: the main thread stores SUBMITTED, then loads WORKER_WAITING; the worker
- *   stores WORKER_WAITING = 1, then loads SUBMITTED (and Atomics.wait compares it again under
- *   the engine's lock). One of them sees the other's store: either the worker does not park,
- *   or the main thread notifies.
- * - worker -> main: a worker adds to DONE, then loads MAIN_WAITING; the main thread stores
- *   MAIN_WAITING = 1, then Atomics.waitAsync compares DONE with the count it last handled
- *   (under the engine's lock, V8 and JSC alike). Either waitAsync returns at once, or the worker
- *   sees the flag; it notifies only if its exchange took the flag from 1 to 0, so of several
- *   workers one notifies, and a stale flag costs a spurious wake-up only.
- * Counters wrap modulo 2^32 (| 0) and are only compared for equality or subtracted.
- * test/unit/handoff-stress.test.ts drives 10^6 tasks through this with random pauses on both
- * sides and proves it would see a lost wake-up; the pool's watchdog (dataplane/watchdog.ts)
- * is the second line of defence, for what an engine or a future change might still lose.
  */
+import { RING_HEADER_INTS, READ_SEQ, STATE_STOPPED, WRITE_SEQ } from '../ring/shared-ring.ts';
 
-export const CONTROL_INTS = 8;
-/** Tasks submitted to this worker (sequence numbers modulo 2^32); the worker waits on it. */
-export const SUBMITTED = 0;
-/** Tasks this worker has finished. */
-export const COMPLETED = 1;
-/** 1 while the worker is (about to be) parked on SUBMITTED: the main thread then notifies. */
-export const WORKER_WAITING = 2;
-/** Worker life cycle, see the STATE_* values. */
-export const STATE = 3;
-
-export const STATE_BOOTING = 0;
-/** The worker has loaded its crypto providers and takes tasks. */
-export const STATE_READY = 1;
-/** The main thread asks the worker to finish (after the tasks already submitted). */
-export const STATE_STOP = 2;
-/** The worker has ended its loop. */
-export const STATE_STOPPED = 3;
-/** The worker could not load its crypto providers. */
-export const STATE_FAILED = 4;
+/** Tasks submitted to this worker: the ring's WRITE_SEQ. */
+export const SUBMITTED = WRITE_SEQ;
+/** Tasks this worker has finished: the ring's READ_SEQ. */
+export const COMPLETED = READ_SEQ;
+/** The ring header, then one word that stays 0 (the pause fault's timed wait uses it). */
+export const CONTROL_INTS = RING_HEADER_INTS + 2;
+/** The ring's STATE, past STOPPED: the worker could not load its crypto providers. */
+export const STATE_FAILED = STATE_STOPPED + 1;
 
 export const SHARED_INTS = 2;
 export const DONE = 0;

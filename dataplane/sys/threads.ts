@@ -13,18 +13,6 @@ export const waitAsync = (Atomics as unknown as {
 }).waitAsync.bind(Atomics);
 
 /**
- * The timeout for a main-thread wait on a worker's notify. The runtimes sometimes never resolve an
- * Atomics.waitAsync promise that a notify woke: Bun 1.4.5 in 4 of 10 runs of the crypto-ring
- * stress test (test/unit/handoff-stress.test.ts: the main thread parked for good with completions
- * waiting, the field's "queue depth frozen, nothing logged" stall), Node 20 once in a clean-clone
- * run of the TUN-ring stress test (ring-stress.test.ts). So every such wait also ends after `ms`
- * and the caller looks again; the protocol's own flags make a spurious look harmless.
- */
-export function lostWakeUpBackstop(ms: number): number {
-  return ms;
-}
-
-/**
  * Node runs the TypeScript sources through tsx, whose loader hooks are registered in the main
  * thread only: a worker first registers them itself, then imports the real entry module. Bun
  * runs TypeScript natively and starts the entry module directly.
