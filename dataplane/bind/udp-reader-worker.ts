@@ -181,7 +181,8 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
   };
 
   for (;;) {
-    // Ring full: wait until the main thread has consumed something. The kernel queues meanwhile.
+    // Ends on a stop request; with the ring full, first waits until the main thread has consumed
+    // something. The kernel queues meanwhile.
     if (!awaitRoom(header, write, slots)) return finish(0);
 
     for (let i = 0; i < count; i++) poll16[4 * i + 3] = 0;

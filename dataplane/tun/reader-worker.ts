@@ -1,9 +1,9 @@
 /**
  * The TUN reader: a worker thread that waits for the (non-blocking) TUN file descriptor with
  * poll(2), reads every packet that is ready straight into the next free slot of the shared ring
- * (ring.ts) and wakes the main thread through the ring's doorbell (ring/shared-ring.ts). The main thread drains all ready slots
- * as one batch, so under load one wake-up carries many packets, and the read syscalls run here,
- * in parallel with the main thread's packet processing.
+ * (ring.ts) and wakes the main thread through the ring's doorbell (ring/shared-ring.ts). The main
+ * thread drains all ready slots as one batch, so under load one wake-up carries many packets, and
+ * the read syscalls run here, in parallel with the main thread's packet processing.
  *
  * poll also watches an eventfd that the main thread writes to when it wants the worker to stop:
  * closing a descriptor does not wake a thread blocked on it, and the main thread must not close
@@ -96,8 +96,8 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
   };
 
   for (;;) {
-    // Ring full: wait until the main thread has consumed something. The kernel queues (and, past
-    // txqueuelen, drops) meanwhile.
+    // Ends on a stop request; with the ring full, first waits until the main thread has consumed
+    // something. The kernel queues (and, past txqueuelen, drops) meanwhile.
     if (!awaitRoom(header, write, slots)) return finish(0);
     const read = Atomics.load(header, READ_SEQ);
 
