@@ -32,6 +32,55 @@ export function cpuSeconds(pid: number): number {
   return (utime + stime) / ticksPerSecond();
 }
 
+/** CPU seconds of one thread: in user space and in the kernel (system calls). */
+export interface ThreadCpu {
+  user: number;
+  system: number;
+}
+
+/**
+ * CPU seconds of each live thread of process `pid`, by thread id. A thread that exits between
+ * two readings is missing from the second; `cpuSplit` then leaves it out.
+ */
+export function threadCpu(pid: number): Map<number, ThreadCpu> {
+  const ticks = ticksPerSecond();
+  const out = new Map<number, ThreadCpu>();
+  let tids: string[];
+  try { tids = readdirSync(`/proc/${pid}/task`); } catch { return out; }
+  for (const tid of tids) {
+    let stat: string;
+    try { stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8'); } catch { continue; }
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    out.set(Number(tid), { user: Number(fields[11]) / ticks, system: Number(fields[12]) / ticks });
+  }
+  return out;
+}
+
+/** How a span's CPU time divides: user space against kernel, and the share of the busiest thread. */
+export interface CpuSplit {
+  user: number;
+  system: number;
+  /** CPU seconds of the single busiest thread: when it nears the span's wall time, that thread is the limit. */
+  busiestThread: number;
+}
+
+/** The CPU split between two `threadCpu` readings of the same processes (threads of both readings only). */
+export function cpuSplit(before: ReadonlyArray<Map<number, ThreadCpu>>, after: ReadonlyArray<Map<number, ThreadCpu>>): CpuSplit {
+  const split: CpuSplit = { user: 0, system: 0, busiestThread: 0 };
+  after.forEach((threads, i) => {
+    for (const [tid, now] of threads) {
+      const then = before[i]?.get(tid);
+      if (then === undefined) continue;
+      const user = now.user - then.user;
+      const system = now.system - then.system;
+      split.user += user;
+      split.system += system;
+      split.busiestThread = Math.max(split.busiestThread, user + system);
+    }
+  });
+  return split;
+}
+
 export interface MemoryStatus {
   /** Peak resident set size (VmHWM), bytes. */
   peakRssBytes: number;

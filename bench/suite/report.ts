@@ -204,6 +204,32 @@ export function renderScaleTable(results: BenchResults): string[] {
 }
 
 /**
+ * Where each tunnel's CPU goes in the one-stream runs: user space against the kernel, and the busiest
+ * single thread. A busiest thread near 100 % of a core is a serial limit (the hand-offs of a
+ * pipeline wait on it); a machine whose cores are all busy is limited by the CPU per GB instead.
+ */
+export function renderCpuTable(results: BenchResults): string[] {
+  const measured = results.subjects.filter((s) => s.kind !== 'raw' && s.summary?.userCpuSecondsPerGB !== undefined);
+  if (measured.length === 0) return [];
+  const reference = referenceSubject(results.subjects)?.summary;
+  const lines: string[] = [];
+  lines.push('### Where the tunnel CPU goes', '');
+  lines.push('One-stream TCP runs, both tunnel processes, threads that lived through each run (from /proc/PID/task/TID/stat): ' +
+    'CPU seconds per 10⁹ payload bytes in user space and in the kernel (system calls; softirq work the kernel does for them is not charged to the process), ' +
+    'and the busiest single thread as a percent of one core over the run (median of the runs).', '');
+  lines.push(...markdownHead(['subject', 'user s/GB', 'kernel s/GB', 'busiest thread %', 'user ÷ wg-go', 'kernel ÷ wg-go']));
+  for (const s of measured) {
+    const m = s.summary!;
+    lines.push(markdownRow([
+      s.label, num(m.userCpuSecondsPerGB, 2), num(m.kernelCpuSecondsPerGB, 2), num(m.busiestThreadPercent, 0),
+      ratio(m.userCpuSecondsPerGB, reference?.userCpuSecondsPerGB), ratio(m.kernelCpuSecondsPerGB, reference?.kernelCpuSecondsPerGB),
+    ]));
+  }
+  lines.push('');
+  return lines;
+}
+
+/**
  * Start-up time and idle memory per subject (bench/suite/startup.ts): one daemon started alone,
  * timed to its control socket's first answer, then its RSS idle; ratios against wireguard-go.
  */
@@ -309,7 +335,7 @@ export function renderMarkdown(results: BenchResults): string {
     if (facts.length > 0) notes.push(`- ${s.label}: ${facts.join('; ')}`);
   }
   if (notes.length > 0) lines.push('', ...notes);
-  const extra = [...renderThroughputTable(results), ...renderStartupTable(results), ...renderMicroTables(results), ...renderScaleTable(results)];
+  const extra = [...renderThroughputTable(results), ...renderCpuTable(results), ...renderStartupTable(results), ...renderMicroTables(results), ...renderScaleTable(results)];
   if (extra.length > 0) lines.push('', ...(extra[extra.length - 1] === '' ? extra.slice(0, -1) : extra));
   return `${lines.join('\n')}\n`;
 }

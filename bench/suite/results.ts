@@ -1,5 +1,6 @@
 /** The shape of a benchmark run's results (the JSON file) and the figures derived per subject. */
 import type { MicroRuntimeResult } from './micro-types.ts';
+import type { CpuSplit } from './procfs.ts';
 import type { ScaleResult } from './scale.ts';
 import type { StartupRecord } from './startup.ts';
 import type { SweepStop } from './sweep.ts';
@@ -18,6 +19,11 @@ export interface RunRecord {
   tunnelCpuSeconds: number;
   /** CPU seconds per tunnel process during the run, by side. */
   tunnelCpuBySide: Record<string, number>;
+  /**
+   * The tunnel processes' CPU during the run by kind (threads that lived through the whole run):
+   * user space, kernel, and the busiest single thread. Absent in results saved before it existed.
+   */
+  tunnelCpuSplit?: CpuSplit;
   /** CPU seconds of processes outside the bench during the run (a lower bound): competing load. */
   foreignCpuSeconds: number;
   foreignTop: Array<{ process: string; seconds: number }>;
@@ -96,6 +102,11 @@ export interface SubjectSummary {
   pingLoss?: number;
   /** Tunnel CPU seconds per 10^9 payload bytes, all runs together; undefined for the raw link. */
   cpuSecondsPerGB?: number;
+  /** Of cpuSecondsPerGB: user space and kernel (one-stream runs with a recorded split). */
+  userCpuSecondsPerGB?: number;
+  kernelCpuSecondsPerGB?: number;
+  /** The busiest single thread of either tunnel process, percent of one core over the runs' wall time (median of the runs). */
+  busiestThreadPercent?: number;
   /** Tunnel CPU use during the runs, percent of one core (both sides together). */
   cpuPercent?: number;
   /** The larger VmHWM of the two tunnel processes. */

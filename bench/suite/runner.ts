@@ -15,7 +15,7 @@ import {
   Scope, createPair, which, type NsProcess, type PairTopology,
 } from '../../test/system/netns.ts';
 import { difference, linkCounters, sampleQueues, udpCounters, type Counters, type QueueSample } from './counters.ts';
-import { cpuSeconds, foreignCpu, formatTop, memoryStatus, namedNetnsInode, snapshotAllProcesses } from './procfs.ts';
+import { cpuSeconds, cpuSplit, foreignCpu, formatTop, memoryStatus, namedNetnsInode, snapshotAllProcesses, threadCpu } from './procfs.ts';
 import { runMicro, microSeconds } from './micro.ts';
 import type { BenchOptions } from './options.ts';
 import { estimateSecondsLeft, formatDuration } from './progress.ts';
@@ -160,6 +160,13 @@ export function summarize(result: SubjectResult, kind: string): SubjectSummary {
     const wall = result.runs.reduce((s, r) => s + r.wallSeconds, 0);
     summary.cpuSecondsPerGB = bytes > 0 ? cpu / (bytes / 1e9) : Number.NaN;
     summary.cpuPercent = wall > 0 ? (100 * cpu) / wall : Number.NaN;
+    const split = result.runs.filter((r) => r.tunnelCpuSplit !== undefined);
+    const splitBytes = split.reduce((s, r) => s + r.totalBytes, 0);
+    if (splitBytes > 0) {
+      summary.userCpuSecondsPerGB = split.reduce((s, r) => s + r.tunnelCpuSplit!.user, 0) / (splitBytes / 1e9);
+      summary.kernelCpuSecondsPerGB = split.reduce((s, r) => s + r.tunnelCpuSplit!.system, 0) / (splitBytes / 1e9);
+      summary.busiestThreadPercent = median(split.filter((r) => r.wallSeconds > 0).map((r) => (100 * r.tunnelCpuSplit!.busiestThread) / r.wallSeconds));
+    }
   }
   if (result.processes.length > 0) summary.peakRssBytes = Math.max(...result.processes.map((p) => p.peakRssBytes));
   const starts = result.startup?.samples ?? [];
@@ -227,13 +234,16 @@ async function timedTcpRun(
   const { topo, opts } = ctx;
   const everyoneBefore = snapshotAllProcesses();
   const before = cpuBySide(subject);
+  const threadsBefore = subject.processes.map((p) => threadCpu(p.pid));
   const stopSampling = options.sampleQueues && subject.processes.length > 0 ? startQueueSampler(topo, subject, opts.omit * 1000 + 500) : undefined;
   const t0 = performance.now();
   let r: IperfRun, wallSeconds = 0, after: Record<string, number> = {}, everyoneAfter = everyoneBefore;
+  let threadsAfter: Array<ReturnType<typeof threadCpu>> = [];
   try {
     r = await iperf(scope, topo.a, subject.target, { seconds: opts.duration, omitSeconds: opts.omit, reverse: options.reverse, parallel: options.streams }, watch);
     wallSeconds = (performance.now() - t0) / 1000;
     after = cpuBySide(subject);
+    threadsAfter = subject.processes.map((p) => threadCpu(p.pid));
     everyoneAfter = snapshotAllProcesses();
   } finally {
     if (stopSampling) options.sampleQueues!.push(...await stopSampling());
@@ -256,6 +266,7 @@ async function timedTcpRun(
     wallSeconds,
     tunnelCpuSeconds: Object.values(bySide).reduce((a, b) => a + b, 0),
     tunnelCpuBySide: bySide,
+    ...(subject.processes.length > 0 ? { tunnelCpuSplit: cpuSplit(threadsBefore, threadsAfter) } : {}),
     foreignCpuSeconds: foreign.seconds,
     foreignTop: foreign.top,
     iperf: r,

@@ -8,9 +8,10 @@ import assert from 'node:assert/strict';
 import { parseBenchArgs, QUICK_SUBJECTS } from '../../bench/suite/options.ts';
 import { estimateSecondsLeft, formatDuration } from '../../bench/suite/progress.ts';
 import {
-  formatCount, formatRatio, ratio, renderMarkdown, renderMicroTables, renderScaleTable, renderStartupTable, renderThroughputTable, referenceSubject, throughputRows,
+  formatCount, formatRatio, ratio, renderCpuTable, renderMarkdown, renderMicroTables, renderScaleTable, renderStartupTable, renderThroughputTable, referenceSubject, throughputRows,
 } from '../../bench/suite/report.ts';
 import { summarize } from '../../bench/suite/runner.ts';
+import { cpuSplit, threadCpu } from '../../bench/suite/procfs.ts';
 import type { MicroRuntimeResult } from '../../bench/suite/micro-types.ts';
 import type { ScaleResult } from '../../bench/suite/scale.ts';
 import { scaleSourceAddress } from '../../bench/suite/scale.ts';
@@ -125,6 +126,46 @@ describe('start-up and idle memory', () => {
     assert.ok(!lines.some((l) => l.startsWith('| roamguard bun |')), 'a subject without starts has no row');
     assert.ok(renderMarkdown(results).includes('### Start-up and idle memory'), 'part of the report');
     assert.deepEqual(renderStartupTable(sampleResults()), [], 'no starts measured: no table');
+  });
+});
+
+describe('where the tunnel CPU goes', () => {
+  test('the split counts threads of both readings, and the busiest one', () => {
+    const before = [new Map([[10, { user: 1, system: 1 }], [11, { user: 5, system: 0 }], [12, { user: 9, system: 9 }]])];
+    // 12 exited (not counted), 13 started (no first reading: not counted).
+    const after = [new Map([[10, { user: 3, system: 2.5 }], [11, { user: 5.5, system: 0 }], [13, { user: 50, system: 50 }]])];
+    const split = cpuSplit(before, after);
+    close(split.user, 2.5, 'user');
+    close(split.system, 1.5, 'system');
+    close(split.busiestThread, 3.5, 'busiest thread');
+  });
+
+  test('this process\'s threads are read from /proc', () => {
+    const threads = threadCpu(process.pid);
+    assert.ok(threads.has(process.pid), 'the main thread is listed');
+    for (const t of threads.values()) assert.ok(t.user >= 0 && t.system >= 0);
+    assert.equal(threadCpu(2 ** 22 + 1).size, 0, 'a process that does not exist has no threads');
+  });
+
+  test('the summary per GB and the table with ratios against wireguard-go', () => {
+    const run = (bytes: number, user: number, system: number, busiest: number) => ({
+      direction: 'a-to-b' as const, gbps: 1, retransmits: 0, totalBytes: bytes, wallSeconds: 4, tunnelCpuSeconds: user + system, tunnelCpuBySide: {},
+      tunnelCpuSplit: { user, system, busiestThread: busiest }, foreignCpuSeconds: 0, foreignTop: [],
+      iperf: { bitsPerSecond: 1e9, retransmits: 0, totalBytes: bytes, tcpRttMs: { mean: 1 } } as never,
+    });
+    const m = summarize(subject('node', 'roamguard node', 'roamguard', undefined, { runs: [run(1e9, 6, 2, 3.6), run(1e9, 4, 2, 4)] }), 'roamguard');
+    close(m.userCpuSecondsPerGB, 5, 'user s/GB');
+    close(m.kernelCpuSecondsPerGB, 2, 'kernel s/GB');
+    close(m.busiestThreadPercent, 95, 'busiest thread % (median of 90 and 100)');
+    const results = sampleResults();
+    results.subjects.push(subject('wireguard-go-modern', 'wireguard-go 0.0.20250522', 'wireguard-go', { gbps: 1, userCpuSecondsPerGB: 2.5, kernelCpuSecondsPerGB: 2, busiestThreadPercent: 40 }));
+    Object.assign(results.subjects.find((s) => s.id === 'node')!.summary!, { userCpuSecondsPerGB: 5, kernelCpuSecondsPerGB: 1, busiestThreadPercent: 95 });
+    const lines = renderCpuTable(results);
+    assert.equal(lines[0], '### Where the tunnel CPU goes');
+    assert.deepEqual(row(lines, 'roamguard node'), ['roamguard node', '5.00', '1.00', '95', '2.00×', '0.50×']);
+    assert.ok(!lines.some((l) => l.startsWith('| roamguard bun |')), 'a subject without a split has no row');
+    assert.ok(renderMarkdown(results).includes('### Where the tunnel CPU goes'), 'part of the report');
+    assert.deepEqual(renderCpuTable(sampleResults()), [], 'no split measured: no table');
   });
 });
 
