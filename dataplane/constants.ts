@@ -67,6 +67,12 @@ export interface Timings {
   handshakeInitiationRate: number;
 }
 
+/** The timers a test may shorten (ROAMGUARD_TEST_TIMINGS, dataplane/settings.ts). */
+export const TIMING_NAMES: readonly (keyof Timings)[] = [
+  'rekeyAfterTime', 'rejectAfterTime', 'rekeyAttemptTime', 'rekeyTimeout', 'rekeyTimeoutJitterMax',
+  'keepaliveTimeout', 'cookieRefreshTime', 'handshakeInitiationRate',
+];
+
 export const PRODUCTION_TIMINGS: Readonly<Timings> = Object.freeze({
   rekeyAfterTime: REKEY_AFTER_TIME,
   rejectAfterTime: REJECT_AFTER_TIME,

@@ -5,6 +5,7 @@
  */
 import type { Command } from '../roamguard.ts';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
+import { cryptoSelection, loadDataplaneSettings } from '../../dataplane/settings.ts';
 import { WireGuardCore } from '../../dataplane/core.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
@@ -29,7 +30,8 @@ export const selftest: Command = {
     const packets = opt('--packets', 20_000);
     const size = opt('--size', 1400);
     const runtime = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined' ? `bun ${process.versions.bun}` : `node ${process.versions.node}`;
-    const crypto = await selectCrypto();
+    // The providers the daemon would pick here (ROAMGUARD_CRYPTO, ROAMGUARD_LIBSODIUM).
+    const crypto = await selectCrypto(cryptoSelection(loadDataplaneSettings()));
     console.log(`runtime:   ${runtime}`);
     for (const [group, provider] of Object.entries(crypto.providers)) console.log(`crypto:    ${group.padEnd(7)} ${provider}`);
 

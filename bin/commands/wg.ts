@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, writeSync } from 'node:fs';
 import type { Command } from '../roamguard.ts';
 import { parseLogLevel } from '../../dataplane/log.ts';
+import { dataplaneSettingsTable, loadDataplaneSettings, type DataplaneSettings } from '../../dataplane/settings.ts';
 
 /** The detached daemon reports readiness ("ok") or its error on this file descriptor. */
 const READY_FD = 3;
@@ -89,27 +90,33 @@ export const wg: Command = {
   -f, --foreground   stay in the foreground (also WG_PROCESS_FOREGROUND=1)
   --threads N        crypto worker threads (default: one per core; 0 = main thread only)
 
-Environment: LOG_LEVEL=verbose|debug|error|silent (default error);
-ROAMGUARD_RUNTIME=node|bun; ROAMGUARD_TEST_TIMINGS (tests only: shortened timers, JSON, ms).
+Environment: LOG_LEVEL=verbose|debug|error|silent (default error); ROAMGUARD_RUNTIME=node|bun.
 The control socket is /var/run/wireguard/IFNAME.sock; configure with wg(8).
-The daemon exits on SIGINT/SIGTERM, when the socket file is deleted or the interface removed.`,
+The daemon exits on SIGINT/SIGTERM, when the socket file is deleted or the interface removed.
+
+The data path's settings (read once at start; a bad value stops it with one line naming it):
+
+${dataplaneSettingsTable()}`,
   async run(args) {
     let parsed: WgArgs;
+    let settings: DataplaneSettings;
     try {
       parsed = parseArgs(args);
       parseLogLevel(process.env.LOG_LEVEL);
+      // Checked before detaching too, so that a bad value is reported by the command itself.
+      settings = loadDataplaneSettings();
     } catch (err) {
       console.error(`roamguard wg: ${(err as Error).message}`);
       return 2;
     }
     if (!parsed.foreground) return detach(args);
-    const { runDaemon, testTimingsFromEnv } = await import('../../dataplane/device/daemon.ts');
+    const { runDaemon } = await import('../../dataplane/device/daemon.ts');
     try {
       return await runDaemon({
         ifname: parsed.ifname,
         logLevel: parseLogLevel(process.env.LOG_LEVEL),
         threads: parsed.threads,
-        timings: testTimingsFromEnv(process.env.ROAMGUARD_TEST_TIMINGS),
+        settings,
         onReady: () => report('ok'),
       });
     } catch (err) {

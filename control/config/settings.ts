@@ -7,6 +7,12 @@
  * DaemonSet manifest are written from the same list.
  */
 import { formatIp, formatPrefix, parseIp, parsePrefix } from '../../dataplane/net/ip.ts';
+import {
+  SettingError, bool, fail, integer, markdownTable, oneOf, readSetting, text, type Env, type Spec,
+} from '../../dataplane/setting-spec.ts';
+
+// The agent's commands and tests import it from here.
+export { SettingError };
 
 export type IpFamilyChoice = 'ipv4' | 'ipv6' | 'dualstack';
 export type PodCidrSource = 'none' | 'spec' | 'file';
@@ -66,53 +72,6 @@ export interface Settings {
   relayPairMbit: number;
 }
 
-export class SettingError extends Error {
-  constructor(readonly variable: string, readonly value: string, accepted: string) {
-    super(`${variable}=${JSON.stringify(value)} is not valid: expected ${accepted}`);
-    this.name = 'SettingError';
-  }
-}
-
-type Env = Readonly<Record<string, string | undefined>>;
-
-interface Spec<T> {
-  default: string;
-  /** For the README and the manifest. */
-  doc: string;
-  parse(value: string, name: string): T;
-}
-
-function fail(name: string, value: string, accepted: string): never {
-  throw new SettingError(name, value, accepted);
-}
-
-const TRUE = new Set(['1', 'true', 'yes', 'on']);
-const FALSE = new Set(['0', 'false', 'no', 'off', '']);
-
-function bool(defaultValue: boolean, doc: string): Spec<boolean> {
-  return {
-    default: String(defaultValue), doc,
-    parse(value, name) {
-      const v = value.trim().toLowerCase();
-      if (TRUE.has(v)) return true;
-      if (FALSE.has(v)) return false;
-      return fail(name, value, 'true/false (or 1/0, yes/no, on/off)');
-    },
-  };
-}
-
-function integer(defaultValue: number, min: number, max: number, doc: string): Spec<number> {
-  return {
-    default: String(defaultValue), doc,
-    parse(value, name) {
-      if (!/^\d{1,10}$/.test(value.trim())) fail(name, value, `an integer from ${min} to ${max}`);
-      const n = Number(value.trim());
-      if (n < min || n > max) fail(name, value, `an integer from ${min} to ${max}`);
-      return n;
-    },
-  };
-}
-
 /** `auto` (the default) or an integer in min..max. */
 function integerOrAuto(min: number, max: number, doc: string): Spec<number | undefined> {
   const whole = integer(0, min, max, doc);
@@ -125,28 +84,6 @@ function integerOrAuto(min: number, max: number, doc: string): Spec<number | und
       } catch {
         return fail(name, value, `auto or an integer from ${min} to ${max}`);
       }
-    },
-  };
-}
-
-function oneOf<T extends string>(defaultValue: T, choices: readonly T[], doc: string): Spec<T> {
-  return {
-    default: defaultValue, doc,
-    parse(value, name) {
-      const v = value.trim().toLowerCase() as T;
-      if (!choices.includes(v)) fail(name, value, `one of ${choices.join(', ')}`);
-      return v;
-    },
-  };
-}
-
-function text(defaultValue: string, doc: string, check?: { test: (v: string) => boolean; accepted: string }): Spec<string> {
-  return {
-    default: defaultValue, doc,
-    parse(value, name) {
-      const v = value.trim();
-      if (check && !check.test(v)) fail(name, value, check.accepted);
-      return v;
     },
   };
 }
@@ -267,10 +204,7 @@ type SettingName = keyof typeof SETTINGS;
  */
 export function loadSettings(env: Env = process.env): Settings {
   const get = <N extends SettingName>(name: N): ReturnType<(typeof SETTINGS)[N]['parse']> => {
-    const spec = SETTINGS[name];
-    const raw = env[name];
-    const value = raw === undefined || raw.trim() === '' ? spec.default : raw;
-    return spec.parse(value, name) as ReturnType<(typeof SETTINGS)[N]['parse']>;
+    return readSetting(env, name, SETTINGS[name] as Spec<unknown>) as ReturnType<(typeof SETTINGS)[N]['parse']>;
   };
 
   if ((env.NODE_NAME ?? '').trim() === '') throw new SettingError('NODE_NAME', env.NODE_NAME ?? '', 'the Node\'s name (set it from the downward API: spec.nodeName)');
@@ -321,7 +255,5 @@ export function loadSettings(env: Env = process.env): Settings {
 
 /** The settings documentation as Markdown table rows (README, manifest comments). */
 export function settingsTable(): string {
-  const rows = ['| variable | default | meaning |', '|---|---|---|'];
-  for (const [name, spec] of Object.entries(SETTINGS)) rows.push(`| \`${name}\` | ${spec.default === '' ? '(empty)' : `\`${spec.default}\``} | ${spec.doc} |`);
-  return rows.join('\n');
+  return markdownTable(SETTINGS);
 }

@@ -26,7 +26,7 @@
  * dropped and counted in `stats.sendErrors`, as are datagrams the kernel rejects (EMSGSIZE,
  * EHOSTUNREACH, EPERM from a firewall, ...), which are skipped one by one so the rest still leaves.
  *
- * UDP offloads (default on; `offload: false` or ROAMGUARD_UDP_OFFLOAD=0 turn them off). sendBatch
+ * UDP offloads (default on; `offload: false` turns them off). sendBatch
  * sends each run of equal-sized datagrams (the last may be shorter; at most 64 datagrams and
  * 65000 bytes) as one message with a UDP_SEGMENT control message: the kernel takes the run
  * through its stack once and splits it as late as possible (a veth passes it whole). A kernel or
@@ -144,7 +144,7 @@ export interface FfiUdpBindOptions {
   libc?: Libc;
   /**
    * UDP segmentation offload for sendBatch (UDP_SEGMENT) and receive offload (UDP_GRO). Default:
-   * on, unless ROAMGUARD_UDP_OFFLOAD=0. Sending falls back to one datagram per message by itself
+   * on (the daemon passes ROAMGUARD_UDP_OFFLOAD, dataplane/settings.ts). Sending falls back to one datagram per message by itself
    * when the kernel or the path refuses GSO.
    */
   offload?: boolean;
@@ -621,7 +621,7 @@ export class FfiUdpBind implements Bind, Liveness {
     this.bufferBytes = options.socketBufferBytes ?? SOCKET_BUFFER_BYTES;
     this.ringBytes = udpRingOffsets({ slots: this.slots, slotSize: this.slotSize }).total; // validates the layout early
     this.stats = new FfiBindStats([this.queue4, this.queue6]);
-    const offload = options.offload ?? (process.env.ROAMGUARD_UDP_OFFLOAD === undefined || process.env.ROAMGUARD_UDP_OFFLOAD !== '0');
+    const offload = options.offload ?? true;
     this.gso = offload;
     this.gro = offload;
   }

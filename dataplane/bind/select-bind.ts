@@ -1,8 +1,8 @@
 /**
  * Which Bind the daemon uses: `ffi` (FfiUdpBind: own sockets through FFI, sendmmsg/recvmmsg with
  * UDP GSO/GRO, a reader thread; the default) or `dgram` (UdpBind over node:dgram, one system call
- * and one callback per datagram). The environment variable ROAMGUARD_UDP chooses when no kind is
- * passed.
+ * and one callback per datagram). The daemon passes ROAMGUARD_UDP and ROAMGUARD_UDP_OFFLOAD
+ * (dataplane/settings.ts).
  *
  * Measured (bench/udp-micro.ts, Node, 1452 B): dgram send 9.5 us and receive 5.3 us of main-thread
  * time per datagram; ffi batched send 3.6 us, receive 1.65 us, before UDP GSO/GRO cut the kernel's
@@ -10,18 +10,17 @@
  * tunnel CPU per GB 76-108 s (dgram) -> 30-50 s (ffi), see the commit message for the runs.
  */
 import type { Bind } from './bind.ts';
-import { FfiUdpBind } from './ffi-udp-bind.ts';
+import { FfiUdpBind, type FfiUdpBindOptions } from './ffi-udp-bind.ts';
 import { UdpBind } from './udp-bind.ts';
 
 export type BindKind = 'dgram' | 'ffi';
 
-export function createBind(kind: string = process.env.ROAMGUARD_UDP ?? 'ffi'): Bind {
+export function createBind(kind: BindKind = 'ffi', options: Pick<FfiUdpBindOptions, 'offload'> = {}): Bind {
   switch (kind) {
     case 'dgram':
       return new UdpBind();
-    case '':
     case 'ffi':
-      return new FfiUdpBind();
+      return new FfiUdpBind(options);
     default:
       throw new RangeError(`unknown UDP bind ${JSON.stringify(kind)} (use 'dgram' or 'ffi')`);
   }

@@ -19,8 +19,8 @@ export type ProviderName = (typeof PROVIDER_NAMES)[number];
 
 interface Loaded { provider?: CryptoProvider; reason?: string }
 
-const LOADERS: Record<ProviderName, () => Promise<Loaded>> = {
-  'libsodium-ffi': async () => (await import('./sodium-ffi.ts')).loadSodiumFfi(),
+const LOADERS: Record<ProviderName, (options: SelectOptions) => Promise<Loaded>> = {
+  'libsodium-ffi': async (options) => (await import('./sodium-ffi.ts')).loadSodiumFfi(options.libsodium),
   'node:crypto': async () => ({ provider: (await import('./node-crypto.ts')).createNodeCryptoProvider() }),
   'sodium-wasm': async () => (await import('./sodium-wasm.ts')).loadSodiumWasm(),
   'portable': async () => ({ provider: (await import('./portable.ts')).portableProvider }),
@@ -40,13 +40,13 @@ export interface ProviderReport {
 const reports = new Map<ProviderName, Promise<ProviderReport>>();
 
 /** Loads and self-tests one provider, once per process. */
-function providerReport(name: ProviderName): Promise<ProviderReport> {
+function providerReport(name: ProviderName, options: SelectOptions = {}): Promise<ProviderReport> {
   let report = reports.get(name);
   if (report === undefined) {
     report = (async (): Promise<ProviderReport> => {
       let loaded: Loaded;
       try {
-        loaded = await LOADERS[name]();
+        loaded = await LOADERS[name](options);
       } catch (err) {
         loaded = { reason: describe(err) };
       }
@@ -60,7 +60,7 @@ function providerReport(name: ProviderName): Promise<ProviderReport> {
 
 /** Loads and self-tests every provider once per process (the selftest command and the tests list them all). */
 export function providerReports(): Promise<ProviderReport[]> {
-  return Promise.all(PROVIDER_NAMES.map(providerReport));
+  return Promise.all(PROVIDER_NAMES.map((name) => providerReport(name)));
 }
 
 /**
@@ -123,10 +123,14 @@ export interface SelectOptions {
   prefer?: string[];
   /**
    * Use this provider for every group it offers (and that passes its self-test), portable for the
-   * rest. Overrides `prefer`. The ROAMGUARD_CRYPTO environment variable sets it when absent
-   * ("auto" or empty means no forcing).
+   * rest. Overrides `prefer`. The daemon passes ROAMGUARD_CRYPTO (dataplane/settings.ts).
    */
   only?: string;
+  /**
+   * A libsodium (path or library name) tried before the usual names: ROAMGUARD_LIBSODIUM. A
+   * provider is loaded once per process (and thread), so the first selection's value counts.
+   */
+  libsodium?: string;
 }
 
 function checkName(name: string, origin: string): ProviderName {
@@ -145,17 +149,15 @@ function orderFor(group: PrimitiveName, opts: SelectOptions): ProviderName[] {
   return order;
 }
 
-/** Reads ROAMGUARD_CRYPTO into the options (it forces `only` when the caller did not) and checks the names. */
-function effectiveOptions(opts: SelectOptions): SelectOptions {
-  const env = process.env.ROAMGUARD_CRYPTO?.trim();
-  const options: SelectOptions = opts.only === undefined && env && env !== 'auto' ? { ...opts, only: env } : opts;
-  for (const name of options.prefer ?? []) checkName(name, 'prefer'); // reject typos even when forced
+/** Checks the names (a typo in `prefer` is refused even when `only` makes it irrelevant). */
+function effectiveOptions(options: SelectOptions): SelectOptions {
+  for (const name of options.prefer ?? []) checkName(name, 'prefer');
   return options;
 }
 
 async function checkForced(options: SelectOptions): Promise<void> {
   if (options.only === undefined) return;
-  const forced = await providerReport(checkName(options.only, 'ROAMGUARD_CRYPTO / only'));
+  const forced = await providerReport(checkName(options.only, 'only'), options);
   if (!forced.provider) throw new Error(`crypto provider "${options.only}" was forced but is unavailable: ${forced.unavailable ?? 'unknown'}`);
 }
 
@@ -168,7 +170,7 @@ async function checkForced(options: SelectOptions): Promise<void> {
 async function chooseProvider(group: PrimitiveName, options: SelectOptions): Promise<CryptoProvider> {
   const tried: string[] = [];
   for (const name of orderFor(group, options)) {
-    const r = await providerReport(name);
+    const r = await providerReport(name, options);
     if (!r.provider) { tried.push(`${name}: unavailable (${r.unavailable})`); continue; }
     if (!r.provider[group]) { tried.push(`${name}: does not offer ${group}`); continue; }
     if (r.failed[group]) { tried.push(`${name}: self-test failed (${r.failed[group]})`); continue; }

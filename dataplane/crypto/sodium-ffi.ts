@@ -40,8 +40,7 @@ interface SodiumSymbols {
 }
 
 /** Candidate names, most specific first; the dynamic loader searches its usual paths for bare names. */
-function candidateLibraries(): string[] {
-  const fromEnv = process.env.ROAMGUARD_LIBSODIUM; // explicit path, for unusual installs
+function candidateLibraries(explicit: string | undefined): string[] {
   const names = [
     'libsodium.so.23', // Debian/Ubuntu libsodium23 (the runtime package; no -dev needed)
     'libsodium.so.26',
@@ -55,7 +54,8 @@ function candidateLibraries(): string[] {
     '/usr/local/lib/libsodium.dylib',
     'libsodium.dll',
   ];
-  return fromEnv ? [fromEnv, ...names] : names;
+  // An explicit library (ROAMGUARD_LIBSODIUM, for unusual installs) goes first.
+  return explicit ? [explicit, ...names] : names;
 }
 
 function message(err: unknown): string {
@@ -76,10 +76,10 @@ const KOFFI_PROTOTYPES = [
   'void randombytes_buf(uint8_t *buf, size_t size)',
 ];
 
-async function bindWithKoffi(): Promise<SodiumSymbols> {
+async function bindWithKoffi(explicit: string | undefined): Promise<SodiumSymbols> {
   const koffi = (await import('koffi')).default;
   const errors: string[] = [];
-  for (const name of candidateLibraries()) {
+  for (const name of candidateLibraries(explicit)) {
     let lib: ReturnType<typeof koffi.load>;
     try {
       lib = koffi.load(name);
@@ -104,7 +104,7 @@ interface BunFfi {
   dlopen(path: string, symbols: Record<string, { args: string[]; returns: string }>): { symbols: Record<string, unknown> };
 }
 
-async function bindWithBunFfi(): Promise<SodiumSymbols> {
+async function bindWithBunFfi(explicit: string | undefined): Promise<SodiumSymbols> {
   // A computed specifier keeps TypeScript (and any bundler) from resolving bun:ffi under Node.
   const specifier = 'bun:ffi';
   const ffi = (await import(specifier)) as BunFfi;
@@ -121,7 +121,7 @@ async function bindWithBunFfi(): Promise<SodiumSymbols> {
     randombytes_buf: { args: ['ptr', 'u64'], returns: 'void' },
   };
   const errors: string[] = [];
-  for (const name of candidateLibraries()) {
+  for (const name of candidateLibraries(explicit)) {
     try {
       return ffi.dlopen(name, declarations).symbols as unknown as SodiumSymbols;
     } catch (err) {
@@ -244,11 +244,14 @@ function isBun(): boolean {
 
 let loaded: Promise<SodiumFfiLoad> | undefined;
 
-/** Loads libsodium once per process; never rejects. */
-export function loadSodiumFfi(): Promise<SodiumFfiLoad> {
+/**
+ * Loads libsodium once per process (or thread); never rejects. `explicit` (a path or library
+ * name) is tried before the usual names; only the first call's value counts.
+ */
+export function loadSodiumFfi(explicit?: string): Promise<SodiumFfiLoad> {
   loaded ??= (async (): Promise<SodiumFfiLoad> => {
     try {
-      const symbols = isBun() ? await bindWithBunFfi() : await bindWithKoffi();
+      const symbols = isBun() ? await bindWithBunFfi(explicit) : await bindWithKoffi(explicit);
       // sodium_init: 0 = initialised now, 1 = already initialised, -1 = failure.
       const rc = symbols.sodium_init();
       if (rc < 0) return { reason: `sodium_init failed (${rc})` };

@@ -5,7 +5,8 @@
  */
 import { availableParallelism } from 'node:os';
 import { selectCrypto } from '../crypto/select.ts';
-import { DEFAULT_MTU, type Timings } from '../constants.ts';
+import { DEFAULT_MTU } from '../constants.ts';
+import { cryptoSelection, type DataplaneSettings } from '../settings.ts';
 import { createBind } from '../bind/select-bind.ts';
 import { openTun } from '../tun/tun.ts';
 import { createLogger, type LogLevel } from '../log.ts';
@@ -23,32 +24,8 @@ export interface DaemonOptions {
   socketDir?: string;
   /** Called once the interface and the control socket are ready. */
   onReady?: () => void;
-  /** Shortened protocol timers, for tests only (see testTimingsFromEnv). */
-  timings?: Partial<Timings>;
-}
-
-const TIMING_KEYS: readonly (keyof Timings)[] = [
-  'rekeyAfterTime', 'rejectAfterTime', 'rekeyAttemptTime', 'rekeyTimeout', 'rekeyTimeoutJitterMax',
-  'keepaliveTimeout', 'cookieRefreshTime', 'handshakeInitiationRate',
-];
-
-/**
- * ROAMGUARD_TEST_TIMINGS='{"rekeyAfterTime":3000,...}' (milliseconds) shortens the protocol
- * timers so system tests can cross many rekeys in seconds. For tests only: it makes the tunnel
- * rekey far more often than the protocol intends, so the daemon says so loudly.
- */
-export function testTimingsFromEnv(value: string | undefined): Partial<Timings> | undefined {
-  if (!value) return undefined;
-  let parsed: unknown;
-  try { parsed = JSON.parse(value); } catch { throw new Error('ROAMGUARD_TEST_TIMINGS must be a JSON object of millisecond values'); }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new Error('ROAMGUARD_TEST_TIMINGS must be a JSON object');
-  const out: Partial<Timings> = {};
-  for (const [key, v] of Object.entries(parsed)) {
-    if (!TIMING_KEYS.includes(key as keyof Timings)) throw new Error(`ROAMGUARD_TEST_TIMINGS: unknown timer ${JSON.stringify(key)} (known: ${TIMING_KEYS.join(', ')})`);
-    if (typeof v !== 'number' || !(v > 0)) throw new Error(`ROAMGUARD_TEST_TIMINGS: ${key} must be a positive number of milliseconds`);
-    out[key as keyof Timings] = v;
-  }
-  return out;
+  /** The data plane's settings, read once from the environment by the caller (dataplane/settings.ts). */
+  settings: DataplaneSettings;
 }
 
 /** The default number of crypto worker threads: one per core, none on a single-core host. */
@@ -59,13 +36,16 @@ export function defaultThreads(): number {
 
 /** Runs until one of the exit conditions; resolves with the process exit code. */
 export async function runDaemon(options: DaemonOptions): Promise<number> {
+  const { settings } = options;
   const log = createLogger(options.logLevel, options.ifname);
-  const crypto = await selectCrypto();
+  const crypto = await selectCrypto(cryptoSelection(settings));
   log.verbose(`crypto providers: ${Object.entries(crypto.providers).map(([g, p]) => `${g}=${p}`).join(', ')}`);
-  const tun = await openTun(options.ifname, { mtu: options.mtu ?? DEFAULT_MTU });
-  if (options.timings) log.error(`TEST TIMERS IN USE (not for production): ${JSON.stringify(options.timings)}`);
+  const tun = await openTun(options.ifname, { mtu: options.mtu ?? DEFAULT_MTU, reader: settings.tunReader, offload: settings.tunOffload });
+  const timings = settings.testTimings;
+  if (timings) log.error(`TEST TIMERS IN USE (not for production): ${JSON.stringify(timings)}`);
   const device = new Device({
-    tun, bind: createBind(), crypto, logger: log, threads: options.threads ?? defaultThreads(), timings: options.timings,
+    tun, bind: createBind(settings.udp, { offload: settings.udpOffload }), crypto, logger: log,
+    threads: options.threads ?? defaultThreads(), timings, poolKind: settings.pool, cryptoSelection: cryptoSelection(settings),
   });
 
   let uapi: UapiServer | undefined;

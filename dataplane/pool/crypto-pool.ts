@@ -14,6 +14,8 @@ import { availableParallelism } from 'node:os';
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import { startWorker } from '../sys/threads.ts';
 import type { Crypto } from '../crypto/primitives.ts';
+import type { SelectOptions } from '../crypto/select.ts';
+import type { CryptoWorkerData } from './crypto-worker.ts';
 import { openBatch, sealBatch } from './batch-crypto.ts';
 import type { PacketBatch } from './packet-batch.ts';
 import {
@@ -80,6 +82,12 @@ export function dropReasonOf(err: unknown): 'queue-full' | 'crypto-worker-failed
 }
 
 export interface WorkerPoolOptions {
+  /**
+   * How each worker picks its AEAD provider, as the main thread picked its own (ROAMGUARD_CRYPTO,
+   * ROAMGUARD_LIBSODIUM from dataplane/settings.ts): workers get it through workerData, they
+   * never read the environment. Default: the measured order.
+   */
+  crypto?: Pick<SelectOptions, 'only' | 'libsodium'>;
   /** A stall was detected (once per episode; the device logs it). */
   onStall?: StallHandler;
   /** A worker died or was restarted; its in-flight tasks failed. */
@@ -148,7 +156,7 @@ class CryptoWorker {
   started: Promise<void> = Promise.resolve();
   readonly watch: StallWatch;
 
-  constructor(readonly index: number, shared: SharedArrayBuffer, faults: WorkerFaults | undefined, start = 0) {
+  constructor(readonly index: number, shared: SharedArrayBuffer, faults: WorkerFaults | undefined, start = 0, crypto: WorkerPoolOptions['crypto'] = {}) {
     // The worker starts from COMPLETED: both sides begin at `start` (0 but in the wrap-around test).
     this.submitted = this.seen = start;
     Atomics.store(this.control, SUBMITTED, start);
@@ -157,7 +165,7 @@ class CryptoWorker {
     this.port = port1;
     const config: CryptoWorkerConfig = { control: this.control.buffer as SharedArrayBuffer, tasks: this.tasks, shared, port: port2, faults };
     const entry = new URL(`./crypto-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
-    this.thread = startWorker(entry, { ...config }, [port2]);
+    this.thread = startWorker(entry, { ...config, crypto: { ...crypto } } satisfies CryptoWorkerData, [port2]);
     this.exited = new Promise((resolve) => this.thread.once('exit', () => resolve()));
     this.watch = new StallWatch(`crypto worker ${index}`);
   }
@@ -223,7 +231,7 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
   }
 
   private spawn(index: number, faults: WorkerFaults | undefined): CryptoWorker {
-    const w = new CryptoWorker(index, this.shared.buffer as SharedArrayBuffer, faults, (this.options.startSequence ?? 0) | 0);
+    const w = new CryptoWorker(index, this.shared.buffer as SharedArrayBuffer, faults, (this.options.startSequence ?? 0) | 0, this.options.crypto);
     this.workers[index] = w;
     w.thread.on('error', (err) => this.lost(w, err instanceof Error ? err : new Error(String(err))));
     w.thread.on('exit', (code) => {

@@ -8,7 +8,7 @@
  * Runs under Node and Bun alike (see sys/threads.ts for how it is started).
  */
 import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
-import { selectAead } from '../crypto/select.ts';
+import { selectAead, type SelectOptions } from '../crypto/select.ts';
 import type { Aead } from '../crypto/primitives.ts';
 import { openBatch, sealBatch, type BatchView } from './batch-crypto.ts';
 import {
@@ -95,11 +95,16 @@ export function runCryptoWorker(crypto: Aead, config: CryptoWorkerConfig): void 
   finishWorker(control, 0);
 }
 
-const config = workerData as CryptoWorkerConfig | undefined;
+/** What the pool hands a worker: the rings, and how to pick the AEAD (the main thread's choice). */
+export interface CryptoWorkerData extends CryptoWorkerConfig {
+  crypto: Pick<SelectOptions, 'only' | 'libsodium'>;
+}
+
+const config = workerData as CryptoWorkerData | undefined;
 if (config && config.control instanceof SharedArrayBuffer && config.tasks instanceof SharedArrayBuffer) {
   let crypto: Aead | undefined;
   try {
-    crypto = await selectAead();
+    crypto = await selectAead(config.crypto);
   } catch {
     const control = new Int32Array(config.control);
     Atomics.store(control, STATE, STATE_FAILED);

@@ -9,12 +9,13 @@ import { Piscina } from 'piscina';
 import { CryptoPoolError, QUEUE_LIMIT, type CryptoPool } from './crypto-pool.ts';
 import type { PacketBatch } from './packet-batch.ts';
 import type { PiscinaCryptoTask } from './piscina-worker.ts';
+import type { SelectOptions } from '../crypto/select.ts';
 
 export class PiscinaCryptoPool implements CryptoPool {
   private readonly piscina: Piscina;
   readonly ready: Promise<void>;
 
-  constructor(readonly threads: number = availableParallelism()) {
+  constructor(readonly threads: number = availableParallelism(), crypto: Pick<SelectOptions, 'only' | 'libsodium'> = {}) {
     if (!Number.isInteger(threads) || threads < 1) throw new Error(`crypto worker threads must be >= 1, got ${threads}`);
     this.piscina = new Piscina({
       // Compiled, the worker module loads as it is; from the sources, an entry that registers tsx first.
@@ -22,6 +23,8 @@ export class PiscinaCryptoPool implements CryptoPool {
       minThreads: threads,
       maxThreads: threads,
       idleTimeout: Infinity,
+      // How each worker picks its providers (the main thread's settings; workers never read the environment).
+      workerData: { ...crypto },
     });
     // One empty task per worker: each completes only once its worker has loaded the crypto
     // module. Terminating a worker while it loads a native addon (koffi) aborts the process, so

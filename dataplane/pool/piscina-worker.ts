@@ -2,7 +2,8 @@
  * A crypto worker of PiscinaCryptoPool (piscina-pool.ts): seals or opens one PacketBatch per
  * task, in place in shared memory, with the crypto provider the main thread would pick.
  */
-import { selectCrypto } from '../crypto/select.ts';
+import { workerData } from 'node:worker_threads';
+import { selectCrypto, type SelectOptions } from '../crypto/select.ts';
 import { openBatch, sealBatch } from './batch-crypto.ts';
 
 /** One task as piscina hands it over (structured-cloned: the buffers are shared, not copied). */
@@ -18,7 +19,7 @@ export interface PiscinaCryptoTask {
   mtu: number;
 }
 
-const crypto = await selectCrypto();
+const crypto = await selectCrypto((workerData ?? {}) as Pick<SelectOptions, 'only' | 'libsodium'>);
 
 export default function run(task: PiscinaCryptoTask): number {
   const batch = {

@@ -22,7 +22,7 @@
  * (the packet is injected into the stack at once); the fd is non-blocking anyway, and any error
  * (EAGAIN, EINVAL for a malformed packet, EIO while the link is down) only counts.
  *
- * Offloads (the default; `offload: false` or ROAMGUARD_TUN_OFFLOAD=0 turn them off). The device is
+ * Offloads (the default; `offload: false` turns them off). The device is
  * opened with IFF_VNET_HDR and TUNSETOFFLOAD(TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6): the kernel's
  * TCP hands over super-packets of up to 64 KiB, which either reader splits into MTU-sized
  * segments (offload.ts) before the handler sees them, so the pipelines still get ordinary packets;
@@ -84,16 +84,9 @@ async function loadUvPoll(): Promise<UvPoll | undefined> {
 }
 
 function requestedReader(options: OpenTunOptions): TunReader {
-  const wanted = options.reader ?? process.env.ROAMGUARD_TUN_READER;
-  if (wanted === undefined || wanted === '' || wanted === 'worker') return 'worker';
-  if (wanted === 'event-loop') return 'event-loop';
+  const wanted = options.reader ?? 'worker';
+  if (wanted === 'worker' || wanted === 'event-loop') return wanted;
   throw new RangeError(`unknown TUN reader ${JSON.stringify(wanted)} (use 'worker' or 'event-loop')`);
-}
-
-function requestedOffload(options: OpenTunOptions): boolean {
-  if (options.offload !== undefined) return options.offload;
-  const wanted = process.env.ROAMGUARD_TUN_OFFLOAD;
-  return wanted === undefined || wanted === '' || wanted === '1';
 }
 
 class LinuxTunStats implements TunStats {
@@ -195,7 +188,7 @@ export class LinuxTun implements Tun, Liveness {
   static async open(name: string, options: OpenTunOptions = {}): Promise<LinuxTun> {
     const libc = await loadLibc();
     const uvPoll = requestedReader(options) === 'event-loop' ? await loadUvPoll() : undefined;
-    let vnetHeader = requestedOffload(options);
+    let vnetHeader = options.offload ?? true;
     let offloads = 0;
     let ifr = ifreq(name);
     const fd = libc.open(cString('/dev/net/tun'), O_RDWR | O_CLOEXEC | O_NONBLOCK, 0);

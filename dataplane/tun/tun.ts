@@ -67,15 +67,15 @@ export interface OpenTunOptions {
    * 'worker' (the default; Node and Bun): a reader thread fills a shared ring, the main thread only
    * takes batches from it. 'event-loop' (Node only; elsewhere it falls back to 'worker'): libuv
    * watches the fd in the main thread, which reads the packets itself — one thread less and less
-   * CPU in total, but the read syscalls cost main-thread time. Default: ROAMGUARD_TUN_READER if
-   * set to one of these, else 'worker'.
+   * CPU in total, but the read syscalls cost main-thread time. Default: 'worker' (the daemon
+   * passes ROAMGUARD_TUN_READER, dataplane/settings.ts).
    */
   reader?: TunReader;
   /**
    * TCP segmentation and receive offloads through a vnet header (tun/offload.ts): the kernel hands
    * over TCP super-packets of up to 64 KiB, split into MTU-sized packets by the reader (thread or
-   * event loop), and written TCP segments are coalesced per flow. Default: on, unless
-   * ROAMGUARD_TUN_OFFLOAD=0.
+   * event loop), and written TCP segments are coalesced per flow. Default: on (the daemon passes
+   * ROAMGUARD_TUN_OFFLOAD, dataplane/settings.ts).
    */
   offload?: boolean;
 }

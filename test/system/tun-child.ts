@@ -1,7 +1,7 @@
 /**
  * Child process of test/system/tun.test.ts: run inside a network namespace (`ip netns exec NS
  * node --import tsx tun-child.ts NAME [MTU]`, or the same with bun), it opens a TUN device there
- * (reader chosen by ROAMGUARD_TUN_READER, default 'worker')
+ * (reader and offloads as the daemon would open it: ROAMGUARD_TUN_READER, ROAMGUARD_TUN_OFFLOAD)
  * and answers ICMP/ICMPv6 echo requests read from it by writing the replies back, like a host
  * behind the tunnel. Other packets are only counted.
  *
@@ -13,6 +13,7 @@
  */
 import { createInterface } from 'node:readline';
 import { openTun } from '../../dataplane/tun/tun.ts';
+import { loadDataplaneSettings } from '../../dataplane/settings.ts';
 import type { LinuxTun } from '../../dataplane/tun/linux-tun.ts';
 import { answerEchoRequest } from './packets.ts';
 
@@ -25,7 +26,8 @@ if (!name) {
 const send = (message: Record<string, unknown>) => process.stdout.write(`${JSON.stringify(message)}\n`);
 const runtime = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined' ? 'bun' : 'node';
 
-const tun = await openTun(name, mtuArg ? { mtu: Number(mtuArg) } : {});
+const settings = loadDataplaneSettings();
+const tun = await openTun(name, { ...(mtuArg ? { mtu: Number(mtuArg) } : {}), reader: settings.tunReader, offload: settings.tunOffload });
 
 const counters = { batches: 0, maxBatch: 0, multiBatches: 0, echoes: 0, other: 0, firstReadAt: 0, lastReadAt: 0 };
 const replies: Uint8Array[] = [];

@@ -13,6 +13,7 @@ import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, existsSync } from 'node:fs';
 import { loadProviders, selectCrypto, PROVIDER_NAMES } from '../../dataplane/crypto/select.ts';
+import { loadDataplaneSettings } from '../../dataplane/settings.ts';
 import { writeCounterNonce, type CryptoProvider, type Hashes } from '../../dataplane/crypto/primitives.ts';
 
 // --- helpers ------------------------------------------------------------------------------------
@@ -469,20 +470,11 @@ function popcount(byte: number): number {
 // --- selection ----------------------------------------------------------------------------------
 
 describe('selectCrypto', () => {
-  const withEnv = async <T>(value: string | undefined, fn: () => Promise<T>): Promise<T> => {
-    const saved = process.env.ROAMGUARD_CRYPTO;
-    if (value === undefined) delete process.env.ROAMGUARD_CRYPTO;
-    else process.env.ROAMGUARD_CRYPTO = value;
-    try {
-      return await fn();
-    } finally {
-      if (saved === undefined) delete process.env.ROAMGUARD_CRYPTO;
-      else process.env.ROAMGUARD_CRYPTO = saved;
-    }
-  };
+  /** What the daemon passes selectCrypto for ROAMGUARD_CRYPTO=value (dataplane/settings.ts). */
+  const forcedBy = (value: string) => ({ only: loadDataplaneSettings({ ROAMGUARD_CRYPTO: value }).crypto });
 
   test('returns a complete, working Crypto and names a provider for every group', async () => {
-    const c = await withEnv(undefined, () => selectCrypto());
+    const c = await selectCrypto();
     for (const fn of ['seal', 'open', 'xseal', 'xopen', 'publicKey', 'sharedSecret', 'hash', 'hmac', 'mac', 'randomBytes'] as const) {
       assert.equal(typeof c[fn], 'function', fn);
     }
@@ -499,21 +491,21 @@ describe('selectCrypto', () => {
   });
 
   test('never picks portable for a group a faster provider offers', async () => {
-    const c = await withEnv(undefined, () => selectCrypto());
+    const c = await selectCrypto();
     const offered = (group: 'aead' | 'dh') => providers.some((p) => p.provider.name !== 'portable' && p.provider[group] && !p.error);
     if (offered('aead')) assert.notEqual(c.providers.aead, 'portable');
     if (offered('dh')) assert.notEqual(c.providers.dh, 'portable');
   });
 
   test('ROAMGUARD_CRYPTO=portable forces portable for everything', async () => {
-    const c = await withEnv('portable', () => selectCrypto());
+    const c = await selectCrypto(forcedBy('portable'));
     assert.deepEqual({ ...c.providers }, { aead: 'portable', xaead: 'portable', dh: 'portable', hashes: 'portable', random: 'portable' });
     assert.equal(toHex(c.hash(ascii('abc'))), blake2s.hash256.vectors[1].digest);
   });
 
   test('ROAMGUARD_CRYPTO=<provider> uses it where it can and portable for the rest', async () => {
     for (const { provider } of providers) {
-      const c = await withEnv(provider.name, () => selectCrypto());
+      const c = await selectCrypto(forcedBy(provider.name));
       for (const group of ['aead', 'xaead', 'dh', 'random'] as const) {
         assert.equal(c.providers[group], provider[group] ? provider.name : 'portable', `${provider.name} ${group}`);
       }
@@ -522,10 +514,10 @@ describe('selectCrypto', () => {
   });
 
   test('prefer puts a provider first; unknown names are rejected', async () => {
-    const c = await withEnv(undefined, () => selectCrypto({ prefer: ['portable'] }));
+    const c = await selectCrypto({ prefer: ['portable'] });
     assert.equal(c.providers.aead, 'portable');
-    await assert.rejects(() => withEnv(undefined, () => selectCrypto({ only: 'no-such-provider' })), /unknown crypto provider/);
-    await assert.rejects(() => withEnv(undefined, () => selectCrypto({ prefer: ['nope'] })), /unknown crypto provider/);
-    await assert.rejects(() => withEnv('nope', () => selectCrypto()), /unknown crypto provider/);
+    await assert.rejects(() => selectCrypto({ only: 'no-such-provider' }), /unknown crypto provider/);
+    await assert.rejects(() => selectCrypto({ prefer: ['nope'] }), /unknown crypto provider/);
+    assert.throws(() => forcedBy('nope'), /^SettingError: ROAMGUARD_CRYPTO="nope" is not valid: expected one of auto, libsodium-ffi, /);
   });
 });

@@ -545,22 +545,12 @@ describe('FfiUdpBind', () => {
     }
   });
 
-  test('createBind picks by kind or ROAMGUARD_UDP', () => {
+  test('createBind picks by kind (ROAMGUARD_UDP), ffi by default, and passes the offload switch', () => {
     assert.ok(createBind('dgram') instanceof UdpBind);
     assert.ok(createBind('ffi') instanceof FfiUdpBind);
-    assert.throws(() => createBind('raw'), RangeError);
-    const saved = process.env.ROAMGUARD_UDP;
-    try {
-      delete process.env.ROAMGUARD_UDP;
-      assert.ok(createBind() instanceof FfiUdpBind, 'the default');
-      process.env.ROAMGUARD_UDP = 'dgram';
-      assert.ok(createBind() instanceof UdpBind);
-      process.env.ROAMGUARD_UDP = 'ffi';
-      assert.ok(createBind() instanceof FfiUdpBind);
-    } finally {
-      if (saved === undefined) delete process.env.ROAMGUARD_UDP;
-      else process.env.ROAMGUARD_UDP = saved;
-    }
+    assert.ok(createBind() instanceof FfiUdpBind, 'the default');
+    assert.equal((createBind('ffi', { offload: false }) as FfiUdpBind).segmentationOffload, false);
+    assert.equal((createBind('ffi') as FfiUdpBind).segmentationOffload, true);
   });
 });
 
