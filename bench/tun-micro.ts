@@ -3,7 +3,7 @@
  * kernel and written to it, under Node.js and Bun. Needs root (it builds its own network
  * namespace and removes it afterwards).
  *
- *   node --import tsx bench/tun-micro.ts [--seconds S] [--runtimes node,bun] [--designs worker,event-loop,threadpool,ffi-write] [--work-us U]
+ *   node --import tsx bench/tun-micro.ts [--seconds S] [--runtimes node,bun] [--designs worker,threadpool,ffi-write] [--work-us U]
  *
  * read:  a separate process floods UDP datagrams (64-byte payload) from inside the namespace at an
  *        address routed into the TUN; the reader counts the packets handed to it during a timed
@@ -15,11 +15,12 @@
  *        batches of 64 as fast as it can.
  *
  * Reader designs measured:
- *   worker      the default (Node and Bun): reader worker_thread + SharedArrayBuffer ring + Atomics.waitAsync
- *   event-loop  `reader: 'event-loop'` (Node only): the fd watched by libuv in the main thread (koffi's
- *               poll handle), non-blocking reads until EAGAIN on the main thread
+ *   worker      the device's reader (Node and Bun): reader worker_thread + SharedArrayBuffer ring + Atomics.waitAsync
  *   threadpool  only here, for the comparison: a blocking fd read with fs.read through the libuv
  *               thread pool, one packet per round trip
+ * (Reading on the event loop through koffi's libuv poll handle, once the device's alternative
+ * reader, was removed from the product; its figures are in docs/performance.md, and this file of
+ * an older checkout measures it.)
  *
  * The machine matters: on two vCPUs the flood sender, the reader thread and the main thread share
  * two cores, so the figures are lower bounds of what the device path can do.
@@ -35,7 +36,7 @@ import {
 } from '../dataplane/sys/libc.ts';
 import { buildEchoRequest } from '../test/system/packets.ts';
 
-type Impl = 'worker' | 'event-loop' | 'threadpool';
+type Impl = 'worker' | 'threadpool';
 interface CpuCost {
   /** CPU time of the main thread (the one that also runs the data plane) per packet, in µs. */
   mainUsPerPacket: number;
@@ -152,7 +153,7 @@ async function innerRead(impl: Impl, seconds: number, nodePath: string, workUs: 
     rawFd = openRawTun(libc, name, false);
     raw = startThreadpool(rawFd, onBatch);
   } else {
-    tun = await openTun(name, { reader: impl });
+    tun = await openTun(name);
     tun.start((_p, count) => onBatch(count));
   }
   ipCommand(['addr', 'add', '10.77.0.1/24', 'dev', name]);
@@ -235,7 +236,7 @@ async function outer(): Promise<void> {
   await requireRoot({ tun: true });
   const seconds = arg('seconds', '2');
   const runtimes = arg('runtimes', 'node,bun').split(',');
-  const designs = arg('designs', 'worker,event-loop,threadpool,ffi-write').split(',');
+  const designs = arg('designs', 'worker,threadpool,ffi-write').split(',');
   const workUs = arg('work-us', '0');
   const nodePath = isBun ? which('node') ?? 'node' : process.execPath;
   const bunPath = join(root, 'node_modules', '.bin', 'bun');
@@ -251,7 +252,7 @@ async function outer(): Promise<void> {
         continue;
       }
       let cases: string[][] = [['--mode', 'read', '--impl', 'worker']];
-      if (runtime === 'node') cases.push(['--mode', 'read', '--impl', 'event-loop'], ['--mode', 'read', '--impl', 'threadpool']);
+      if (runtime === 'node') cases.push(['--mode', 'read', '--impl', 'threadpool']);
       cases.push(['--mode', 'write', '--impl', 'ffi-write']);
       cases = cases.filter((c) => designs.includes(c[3]));
       for (const extra of cases) {

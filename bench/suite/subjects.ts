@@ -38,7 +38,7 @@ export interface SubjectSpec {
   runtime?: 'node' | 'bun';
   /** roamguard --threads; undefined = the daemon's default (one per core). */
   threads?: number;
-  /** Extra environment of the roamguard daemons (the data path's switches: ROAMGUARD_UDP, …). */
+  /** Extra environment of the roamguard daemons (data plane settings, dataplane/settings.ts). */
   env?: Record<string, string>;
   /** For wireguard-go subjects: which build. */
   build?: 'modern' | 'debian';
@@ -50,9 +50,6 @@ export interface SubjectSpec {
   bin?: string;
 }
 
-/** The data path as it was before the offload work: piscina pool, node:dgram UDP, plain TUN. */
-const BEFORE_OFFLOADS = { ROAMGUARD_POOL: 'piscina', ROAMGUARD_UDP: 'dgram', ROAMGUARD_TUN_OFFLOAD: '0' };
-
 export const SUBJECTS: readonly SubjectSpec[] = [
   { id: 'raw', label: 'raw veth link', kind: 'raw', byDefault: true },
   { id: 'node', label: 'roamguard node', kind: 'roamguard', runtime: 'node', byDefault: true },
@@ -61,12 +58,8 @@ export const SUBJECTS: readonly SubjectSpec[] = [
   { id: 'bun-t0', label: 'roamguard bun --threads 0', kind: 'roamguard', runtime: 'bun', threads: 0, byDefault: false },
   { id: 'wireguard-go-modern', label: 'wireguard-go 0.0.20250522', kind: 'wireguard-go', build: 'modern', byDefault: true },
   { id: 'wireguard-go', label: 'wireguard-go (Debian)', kind: 'wireguard-go', build: 'debian', byDefault: true },
-  // Earlier data paths, for before/after figures in one run (only with --only).
-  { id: 'node-evloop', label: 'roamguard node, TUN read on the event loop', kind: 'roamguard', runtime: 'node', env: { ROAMGUARD_TUN_READER: 'event-loop' }, byDefault: false },
-  { id: 'node-piscina', label: 'roamguard node, piscina pool', kind: 'roamguard', runtime: 'node', env: { ROAMGUARD_POOL: 'piscina' }, byDefault: false },
-  { id: 'node-before', label: 'roamguard node, before offloads', kind: 'roamguard', runtime: 'node', env: BEFORE_OFFLOADS, byDefault: false },
-  { id: 'bun-before', label: 'roamguard bun, before offloads', kind: 'roamguard', runtime: 'bun', env: BEFORE_OFFLOADS, byDefault: false },
-  // Another checkout (`--baseline DIR`, e.g. a worktree of main before a change), in the same run.
+  // Another checkout (`--baseline DIR`, e.g. a worktree of main before a change), in the same run:
+  // before/after figures against an earlier data path (the product keeps only its own).
   { id: 'node-baseline', label: 'roamguard node, baseline checkout', kind: 'roamguard', runtime: 'node', fromBaseline: true, byDefault: false },
   { id: 'bun-baseline', label: 'roamguard bun, baseline checkout', kind: 'roamguard', runtime: 'bun', fromBaseline: true, byDefault: false },
 ];
