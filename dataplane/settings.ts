@@ -5,25 +5,25 @@
  * accepted (a SettingError, shared with the agent's settings in control/config/settings.ts).
  *
  * Every other module of the data plane gets what it needs from here as explicit options
- * (openTun, createBind, selectCrypto, Device; worker threads through workerData): this is the only
+ * (openTun, FfiUdpBind, selectCrypto, Device; worker threads through workerData): this is the only
  * file under dataplane/ that reads the environment (test/unit/dataplane-settings.test.ts checks).
  * The README's table of these variables is written from DATAPLANE_SETTINGS (same test).
  */
 import { TIMING_NAMES, type Timings } from './constants.ts';
 import { PROVIDER_NAMES, type ProviderName, type SelectOptions } from './crypto/select.ts';
-import type { BindKind } from './bind/select-bind.ts';
-import type { PoolKind } from './pool/select-pool.ts';
-import type { TunReader } from './tun/tun.ts';
 import { bool, fail, markdownTable, oneOf, readSetting, text, type Env, type Spec } from './setting-spec.ts';
 
 export interface DataplaneSettings {
-  udp: BindKind;
-  /** UDP GSO/GRO on the ffi bind (the bind still falls back by itself when the kernel refuses them). */
+  /**
+   * UDP GSO/GRO (the bind falls back by itself when the kernel refuses them). Off only to force
+   * the path a kernel without them takes: test/system/daemon-runtimes.test.ts does.
+   */
   udpOffload: boolean;
-  tunReader: TunReader;
-  /** IFF_VNET_HDR with TSO on the TUN (it still falls back by itself when the kernel refuses them). */
+  /**
+   * IFF_VNET_HDR with TSO on the TUN (the device falls back by itself when the kernel refuses
+   * them). Off only to force the path a kernel without them takes, as udpOffload.
+   */
   tunOffload: boolean;
-  pool: PoolKind;
   /** A crypto provider forced for every group it offers; undefined = the measured order (auto). */
   crypto: ProviderName | undefined;
   /** An explicit libsodium to load before the usual names; empty = only the usual names. */
@@ -66,14 +66,8 @@ function timerOverrides(doc: string): Spec<Partial<Timings> | undefined> {
 
 /** Every setting: environment variable → how to read it. The order is the documentation order. */
 export const DATAPLANE_SETTINGS = {
-  ROAMGUARD_UDP: oneOf<BindKind>('ffi', ['ffi', 'dgram'],
-    'UDP path: ffi = own sockets through libc (sendmmsg with UDP GSO from shared memory, a reader thread doing recvmmsg with UDP GRO into a shared ring); dgram = node:dgram, one system call and one callback per datagram'),
-  ROAMGUARD_UDP_OFFLOAD: bool(true, 'UDP GSO/GRO on the ffi path; without them where the kernel refuses them, whatever this says'),
-  ROAMGUARD_TUN_READER: oneOf<TunReader>('worker', ['worker', 'event-loop'],
-    'TUN reader: worker = a reader thread fills a shared ring; event-loop = libuv polls the TUN in the main thread (Node only)'),
-  ROAMGUARD_TUN_OFFLOAD: bool(true, 'open the TUN with IFF_VNET_HDR and TSO: the kernel hands over TCP super-packets of up to 64 KiB, split into MTU-sized packets, and written segments of one flow are coalesced; without them where the kernel refuses them, whatever this says'),
-  ROAMGUARD_POOL: oneOf<PoolKind>('ring', ['ring', 'piscina'],
-    'crypto worker pool: ring = tasks through shared-memory rings, no message per task; piscina = one message per batch'),
+  ROAMGUARD_UDP_OFFLOAD: bool(true, 'UDP GSO/GRO on the sockets; false forces the path of a kernel without them (tests), which the daemon otherwise takes by itself where the kernel refuses them'),
+  ROAMGUARD_TUN_OFFLOAD: bool(true, 'open the TUN with IFF_VNET_HDR and TSO (TCP super-packets of up to 64 KiB, split into MTU-sized packets; written segments of one flow coalesced); false forces the path of a kernel without them (tests), which the daemon otherwise takes by itself where the kernel refuses them'),
   ROAMGUARD_CRYPTO: cryptoProvider('force one crypto provider for every primitive group it offers (portable for the rest); auto = the fastest self-tested one per group'),
   ROAMGUARD_LIBSODIUM: text('', 'libsodium to load (a path or library name) before the usual names, for unusual installs',
     { test: (v) => !v.includes('\0'), accepted: 'a file path or library name' }),
@@ -82,16 +76,28 @@ export const DATAPLANE_SETTINGS = {
 
 type SettingName = keyof typeof DATAPLANE_SETTINGS;
 
+/**
+ * Switches that chose between the product's path and a fallback kept for comparison, removed with
+ * the fallbacks: variable → the only value left. Set to anything else they stop the daemon, so a
+ * deployment that asked for a fallback notices instead of silently running without it.
+ */
+const RETIRED: Readonly<Record<string, { only: string; why: string }>> = {
+  ROAMGUARD_UDP: { only: 'ffi', why: 'the node:dgram bind was removed' },
+  ROAMGUARD_POOL: { only: 'ring', why: 'the piscina pool was removed' },
+  ROAMGUARD_TUN_READER: { only: 'worker', why: 'the event-loop TUN reader was removed' },
+};
+
 /** Reads and validates every data plane setting; throws a SettingError for the first bad value, naming it. */
 export function loadDataplaneSettings(env: Env = process.env): DataplaneSettings {
   const get = <N extends SettingName>(name: N): ReturnType<(typeof DATAPLANE_SETTINGS)[N]['parse']> =>
     readSetting(env, name, DATAPLANE_SETTINGS[name] as Spec<unknown>) as ReturnType<(typeof DATAPLANE_SETTINGS)[N]['parse']>;
+  for (const [name, { only, why }] of Object.entries(RETIRED)) {
+    const value = env[name];
+    if (value !== undefined && value.trim() !== '' && value.trim().toLowerCase() !== only) fail(name, value, `${only} or unset (${why})`);
+  }
   return {
-    udp: get('ROAMGUARD_UDP'),
     udpOffload: get('ROAMGUARD_UDP_OFFLOAD'),
-    tunReader: get('ROAMGUARD_TUN_READER'),
     tunOffload: get('ROAMGUARD_TUN_OFFLOAD'),
-    pool: get('ROAMGUARD_POOL'),
     crypto: get('ROAMGUARD_CRYPTO'),
     libsodium: get('ROAMGUARD_LIBSODIUM'),
     testTimings: get('ROAMGUARD_TEST_TIMINGS'),

@@ -1,9 +1,8 @@
 /**
  * The UDP side of the device, behind a narrow interface (wireguard-go calls it a "bind"):
  * one IPv4 and one IPv6 socket on the same port, datagrams in and out with their endpoints.
- * `UdpBind` uses node:dgram (Node and Bun); `FfiUdpBind` (ffi-udp-bind.ts) owns its sockets through
- * FFI and batches system calls (sendmmsg/recvmmsg); `MemoryBind` (memory-bind.ts) is the test double.
- * `createBind` (select-bind.ts) picks one.
+ * `FfiUdpBind` (ffi-udp-bind.ts, the daemon's) owns its sockets through FFI and batches system
+ * calls (sendmmsg/recvmmsg); `MemoryBind` (memory-bind.ts) is the test double.
  */
 import type { Endpoint } from '../net/endpoint.ts';
 import type { Liveness } from '../watchdog.ts';

@@ -3,7 +3,7 @@
  * batches system calls, because node:dgram costs about 11 µs of main-thread time per datagram in
  * each direction (one libuv request and one JS callback per datagram).
  *
- * Sockets. As UdpBind and wireguard-go: an AF_INET socket and an AF_INET6 socket with IPV6_V6ONLY
+ * Sockets. As wireguard-go: an AF_INET socket and an AF_INET6 socket with IPV6_V6ONLY
  * on the same port; port 0 binds the v4 socket to any port, reads it back with getsockname and
  * binds v6 to it (another pick, up to 100 times, when that port is taken for v6). Both are
  * non-blocking and close-on-exec, with 7 MiB socket buffers (SO_RCVBUFFORCE/SO_SNDBUFFORCE first,
@@ -775,7 +775,7 @@ export class FfiUdpBind implements Bind, Liveness {
             libc.close(fd4);
             continue;
           }
-          // IPv6 disabled on this host (no address to bind): v4 only, as UdpBind does.
+          // IPv6 disabled on this host (no address to bind): v4 only, as wireguard-go does.
           if (errno === EADDRNOTAVAIL || errno === EAFNOSUPPORT) return { fd4, fd6: -1, chosen };
           throw errnoError('bind', errno, `[::]:${chosen}`);
         }

@@ -7,7 +7,7 @@ import { availableParallelism } from 'node:os';
 import { selectCrypto } from '../crypto/select.ts';
 import { DEFAULT_MTU } from '../constants.ts';
 import { cryptoSelection, type DataplaneSettings } from '../settings.ts';
-import { createBind } from '../bind/select-bind.ts';
+import { FfiUdpBind } from '../bind/ffi-udp-bind.ts';
 import { openTun } from '../tun/tun.ts';
 import { createLogger, type LogLevel } from '../log.ts';
 import { createUapiHandler } from '../uapi/uapi-device.ts';
@@ -40,12 +40,12 @@ export async function runDaemon(options: DaemonOptions): Promise<number> {
   const log = createLogger(options.logLevel, options.ifname);
   const crypto = await selectCrypto(cryptoSelection(settings));
   log.verbose(`crypto providers: ${Object.entries(crypto.providers).map(([g, p]) => `${g}=${p}`).join(', ')}`);
-  const tun = await openTun(options.ifname, { mtu: options.mtu ?? DEFAULT_MTU, reader: settings.tunReader, offload: settings.tunOffload });
+  const tun = await openTun(options.ifname, { mtu: options.mtu ?? DEFAULT_MTU, offload: settings.tunOffload });
   const timings = settings.testTimings;
   if (timings) log.error(`TEST TIMERS IN USE (not for production): ${JSON.stringify(timings)}`);
   const device = new Device({
-    tun, bind: createBind(settings.udp, { offload: settings.udpOffload }), crypto, logger: log,
-    threads: options.threads ?? defaultThreads(), timings, poolKind: settings.pool, cryptoSelection: cryptoSelection(settings),
+    tun, bind: new FfiUdpBind({ offload: settings.udpOffload }), crypto, logger: log,
+    threads: options.threads ?? defaultThreads(), timings, cryptoSelection: cryptoSelection(settings),
   });
 
   let uapi: UapiServer | undefined;

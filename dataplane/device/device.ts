@@ -18,8 +18,7 @@ import type { Crypto } from '../crypto/primitives.ts';
 import type { Bind } from '../bind/bind.ts';
 import type { Tun } from '../tun/tun.ts';
 import { silentLogger, type Logger } from '../log.ts';
-import { SplitCryptoPool, type CryptoPool } from '../pool/crypto-pool.ts';
-import { createWorkerPool, type PoolKind } from '../pool/select-pool.ts';
+import { SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../pool/crypto-pool.ts';
 import type { SelectOptions } from '../crypto/select.ts';
 import { BatchPool, slotSizeForMtu } from '../pool/packet-batch.ts';
 import { OutboundPipeline } from './send.ts';
@@ -44,8 +43,6 @@ export interface DeviceOptions {
   threads?: number;
   /** A ready-made pool (tests); overrides `threads`. The caller closes it (close() does not). */
   pool?: CryptoPool;
-  /** Which worker pool `threads` makes (ROAMGUARD_POOL; default ring). */
-  poolKind?: PoolKind;
   /** How the crypto workers pick their AEAD: as `crypto` was picked (ROAMGUARD_CRYPTO, ROAMGUARD_LIBSODIUM). */
   cryptoSelection?: Pick<SelectOptions, 'only' | 'libsodium'>;
 }
@@ -125,7 +122,7 @@ export class Device {
     this.givenPool = options.pool;
     const threads = options.threads ?? 0;
     const workers = options.pool === undefined && threads > 0
-      ? createWorkerPool(threads, options.poolKind, {
+      ? new WorkerCryptoPool(threads, {
         crypto: options.cryptoSelection,
         onWorkerLost: (message) => this.logger.error(`${message}; its batches were dropped (crypto-worker-failed) and a new worker started`),
         onFatal: (err) => {

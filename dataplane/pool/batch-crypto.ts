@@ -4,7 +4,7 @@
  *
  * An all-zero key is refused for the whole batch (see transport.ts): every slot's length becomes
  * SLOT_ZERO_KEY, which the pipelines count as 'zero-key'. The result travels in the batch's own
- * shared lengths, so every pool (inline, ring, piscina) reports it without a change of protocol.
+ * shared lengths, so every pool (inline, ring) reports it without a change of protocol.
  */
 import type { Aead } from '../crypto/primitives.ts';
 import { ZERO_KEY, isZeroKey32, openTransport, sealTransportInPlace } from '../session/transport.ts';

@@ -9,14 +9,10 @@
  * Atomics.notify; the main thread waits with Atomics.waitAsync and hands every ready slot to the
  * handler as one batch, as views into the ring (no copy). The read syscalls thus run beside the
  * main thread's packet processing, and the wake-ups coalesce under load. Measured figures and the
- * alternatives that were compared are in bench/tun-micro.ts. The same code runs on Bun (bun:ffi in
- * both threads, Bun's worker_threads and Atomics.waitAsync).
- *
- * Alternative reader, Node only (`reader: 'event-loop'`): libuv itself watches the fd in the main
- * thread (koffi's poll handle, a uv_poll_t) and the main thread reads every ready packet (up to 256)
- * into the same ring memory before calling the handler. No second thread and less CPU in total,
- * but each read syscall is main-thread time (about 3.5 µs per packet against 2 µs for the worker
- * design, measured). It also serves as a fallback where worker threads are unwanted.
+ * alternatives that were compared are in bench/tun-micro.ts and docs/performance.md (reading on
+ * the event loop through libuv cost about 3.5 µs of main-thread time per packet against 2 µs
+ * here). The same code runs on Bun (bun:ffi in both threads, Bun's worker_threads and
+ * Atomics.waitAsync).
  *
  * Writing happens on the main thread: one write(2) per packet through FFI. TUN writes never block
  * (the packet is injected into the stack at once); the fd is non-blocking anyway, and any error
@@ -24,15 +20,14 @@
  *
  * Offloads (the default; `offload: false` turns them off). The device is
  * opened with IFF_VNET_HDR and TUNSETOFFLOAD(TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6): the kernel's
- * TCP hands over super-packets of up to 64 KiB, which either reader splits into MTU-sized
+ * TCP hands over super-packets of up to 64 KiB, which the reader splits into MTU-sized
  * segments (offload.ts) before the handler sees them, so the pipelines still get ordinary packets;
  * and write() coalesces the TCP segments of one call per flow into super-packets again (GRO), one
  * write(2) each. Measured with the bench suite (iperf3, one TCP stream): tunnel CPU per GB
  * 81-109 s -> 56-67 s with dgram UDP; the kernel's TCP on both ends does far less work too.
  *
  * Disappearance. `ip link del` detaches the fd: the worker's poll reports POLLERR and read fails
- * with EBADFD, so the worker reports DEVICE_GONE at once (the event-loop reader gets an error status
- * from libuv and the same EBADFD from read). As a fallback, every second the main
+ * with EBADFD, so the worker reports DEVICE_GONE at once. As a fallback, every second the main
  * thread checks that /sys/class/net/NAME still exists and, when it does not (deleted, or renamed),
  * confirms with a zero-length write, which fails with EBADFD only on a detached fd. onClose
  * handlers run once.
@@ -40,13 +35,12 @@
 import { existsSync } from 'node:fs';
 import type { Worker } from 'node:worker_threads';
 import {
-  AF_INET, DEVICE_GONE_ERRNOS, EAGAIN, EBADFD, EINTR, EFD_CLOEXEC, EFD_NONBLOCK, IFF_NO_PI, IFF_TUN, IFF_VNET_HDR, IFNAMSIZ, IFREQ_SIZE,
+  AF_INET, EBADFD, EFD_CLOEXEC, EFD_NONBLOCK, IFF_NO_PI, IFF_TUN, IFF_VNET_HDR, IFNAMSIZ, IFREQ_SIZE,
   O_CLOEXEC, O_NONBLOCK, O_RDWR, SIOCGIFMTU, SIOCSIFMTU, SOCK_CLOEXEC, SOCK_DGRAM, TUNSETIFF, TUNSETOFFLOAD, TUN_F_CSUM, TUN_F_TSO4,
   TUN_F_TSO6, cString, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
-import { MAX_COALESCED, VNET_HDR_SIZE, VNET_READ_SIZE, coalesceAndWrite, wordsOf } from './offload.ts';
-import { VNET_READ_REFUSED, VnetReader, type SlotSink } from './vnet-read.ts';
-import { isBun, startWorker } from '../sys/threads.ts';
+import { MAX_COALESCED, VNET_HDR_SIZE, coalesceAndWrite } from './offload.ts';
+import { startWorker } from '../sys/threads.ts';
 import { StallWatch, WATCH_INTERVAL_MS as RING_WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 import type { ReaderConfig } from './reader-worker.ts';
 import { DEFAULT_SLOTS, DEVICE_GONE, READ_ERRORS, SLOT_SIZE, ringBytes, ringViews, type RingViews } from './ring.ts';
@@ -54,41 +48,14 @@ import {
   CONSUMER_WAITING, LAST_ERRNO, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, WRITE_SEQ, awaitStopped, release, requestStop, seqAdd, seqDistance,
 } from '../ring/shared-ring.ts';
 import { READER_WAIT_BACKSTOP_MS, awaitBooted, awaitChange, settleWaits } from '../ring/ring-wait.ts';
-import type { OpenTunOptions, Tun, TunReader, TunStats } from './tun.ts';
-
-
+import type { OpenTunOptions, Tun, TunStats } from './tun.ts';
 
 /** How often the fallback existence check runs. */
 const WATCH_INTERVAL_MS = 1000;
 /** How long ready() waits for the reader thread (tsx compiles its modules first under Node). */
 const READY_TIMEOUT_MS = 30_000;
-/** Reads per event-loop callback with a vnet header (each may bring up to 64 KiB). */
-const MAX_VNET_READS = 64;
 /** How long close() waits for the reader to acknowledge the stop request (it normally takes microseconds). */
 const STOP_TIMEOUT_MS = 2000;
-/** LinuxTun.readFailed: the read was interrupted, try again. */
-const RETRY_READ = -1;
-
-/** koffi's libuv poll handle (undocumented koffi API; the callback receives the uv status and the events). */
-type UvPoll = (fd: number, options: { readable?: boolean }, callback: (status: number) => void) => { close(): void };
-
-/** The poll function of koffi when the event-loop reader can be used here, else undefined. */
-async function loadUvPoll(): Promise<UvPoll | undefined> {
-  if (isBun) return undefined;
-  try {
-    const koffi = (await import('koffi')).default as unknown as { node?: { poll?: UvPoll } };
-    return typeof koffi.node?.poll === 'function' ? koffi.node.poll : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-function requestedReader(options: OpenTunOptions): TunReader {
-  const wanted = options.reader ?? 'worker';
-  if (wanted === 'worker' || wanted === 'event-loop') return wanted;
-  throw new RangeError(`unknown TUN reader ${JSON.stringify(wanted)} (use 'worker' or 'event-loop')`);
-}
-
 class LinuxTunStats implements TunStats {
   readPackets = 0;
   writePackets = 0;
@@ -129,8 +96,6 @@ export class LinuxTun implements Tun, Liveness {
   /** Test only: the Nth wake-up of the waiting main thread is thrown away (a lost notify). */
   private loseWakeUp: number | undefined;
   private watchdogEnabled = true;
-  /** The reader in use (see OpenTunOptions.reader). */
-  readonly reader: TunReader;
   /** Why the device closed by itself (device deleted, reader failure); undefined otherwise. */
   closeReason: Error | undefined;
 
@@ -142,12 +107,7 @@ export class LinuxTun implements Tun, Liveness {
   /** With a vnet header: the buffer each write is assembled in, and coalesceAndWrite's scratch. */
   private writeBuffer: Uint8Array | undefined;
   private writeDone = new Uint8Array(256);
-  /** The event-loop reader's scratch state with a vnet header. */
-  private vnetReader: VnetReader | undefined;
   private worker: Worker | undefined;
-  private pollHandle: { close(): void } | undefined;
-  /** Whole-slot views of the ring memory, for the event-loop reader. */
-  private slotViews: Uint8Array[] | undefined;
   private wakeFd = -1;
   private onPackets: ((packets: Uint8Array[], count: number) => void) | undefined;
   private readSeq = 0;
@@ -164,13 +124,11 @@ export class LinuxTun implements Tun, Liveness {
     private readonly fd: number,
     private readonly ctlFd: number,
     readonly name: string,
-    private readonly uvPoll: UvPoll | undefined,
     /** The fd carries a vnet header (IFF_VNET_HDR); offloads are on when `offloads` is not 0. */
     readonly vnetHeader: boolean,
     /** The TUN_F_* offloads the kernel accepted (0 = none). */
     readonly offloads: number,
   ) {
-    this.reader = uvPoll ? 'event-loop' : 'worker';
     this.buffer = new SharedArrayBuffer(ringBytes({ slots: DEFAULT_SLOTS, slotSize: SLOT_SIZE }));
     this.ring = ringViews(this.buffer, { slots: DEFAULT_SLOTS, slotSize: SLOT_SIZE });
     this.stats = new LinuxTunStats(this.ring.header);
@@ -187,7 +145,6 @@ export class LinuxTun implements Tun, Liveness {
   /** Creates or attaches to the TUN interface `name` (see openTun in tun.ts). */
   static async open(name: string, options: OpenTunOptions = {}): Promise<LinuxTun> {
     const libc = await loadLibc();
-    const uvPoll = requestedReader(options) === 'event-loop' ? await loadUvPoll() : undefined;
     let vnetHeader = options.offload ?? true;
     let offloads = 0;
     let ifr = ifreq(name);
@@ -219,7 +176,7 @@ export class LinuxTun implements Tun, Liveness {
       throw err;
     }
     // From here on the object owns both descriptors; close() releases them.
-    const tun = new LinuxTun(libc, fd, ctlFd, actual, uvPoll, vnetHeader, offloads);
+    const tun = new LinuxTun(libc, fd, ctlFd, actual, vnetHeader, offloads);
     try {
       if (options.mtu !== undefined) tun.setMtu(options.mtu);
     } catch (err) {
@@ -236,7 +193,7 @@ export class LinuxTun implements Tun, Liveness {
    */
   static async overDescriptorForTests(fd: number, options: { watchdog?: boolean; loseWakeUp?: number; startSequence?: number } = {}): Promise<LinuxTun> {
     const libc = await loadLibc();
-    const tun = new LinuxTun(libc, fd, -1, 'test-descriptor', undefined, false, 0);
+    const tun = new LinuxTun(libc, fd, -1, 'test-descriptor', false, 0);
     if (options.startSequence !== undefined) {
       // The ring's first sequence number, e.g. just below 2^31 to cross the wrap-around.
       const start = options.startSequence | 0;
@@ -271,10 +228,6 @@ export class LinuxTun implements Tun, Liveness {
     if (this.onPackets) throw new Error(`${this.name}: start() was already called`);
     if (this.closed) throw new Error(`${this.name}: device is closed`);
     this.onPackets = onPackets;
-    if (this.uvPoll) {
-      this.pollHandle = this.uvPoll(this.fd, { readable: true }, this.readNow);
-      return;
-    }
     const wakeFd = this.libc.eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wakeFd < 0) throw errnoError('eventfd', this.libc.errno());
     this.wakeFd = wakeFd;
@@ -295,7 +248,7 @@ export class LinuxTun implements Tun, Liveness {
     this.waitForPackets();
   }
 
-  /** See Tun.ready: waits (at most 30 s) for the reader thread to begin; at once for the event-loop reader. */
+  /** See Tun.ready: waits (at most 30 s) for the reader thread to begin. */
   async ready(): Promise<void> {
     if (this.worker === undefined) return;
     const header = this.ring.header;
@@ -365,8 +318,6 @@ export class LinuxTun implements Tun, Liveness {
     this.watchTimer = undefined;
     if (this.ringTimer) clearInterval(this.ringTimer);
     this.ringTimer = undefined;
-    this.pollHandle?.close(); // stops watching (epoll) before the fd is closed
-    this.pollHandle = undefined;
     this.stopReader();
     this.libc.close(this.fd);
     if (this.ctlFd >= 0) this.libc.close(this.ctlFd);
@@ -415,7 +366,7 @@ export class LinuxTun implements Tun, Liveness {
   }
 
   get liveness(): Liveness | undefined {
-    return this.reader === 'worker' ? this : undefined;
+    return this;
   }
 
   get stalledMs(): number {
@@ -489,90 +440,6 @@ export class LinuxTun implements Tun, Liveness {
     } catch (err) {
       return err ?? new Error('TUN packet handler threw a nullish value');
     }
-  }
-
-  /**
-   * The event-loop reader: libuv found the fd readable (status 0) or in error (the device was
-   * detached: status < 0). Reads until EAGAIN or 256 packets into the ring slots and delivers them
-   * as one batch; the poll is level-triggered, so what is left comes with the next callback.
-   */
-  private readonly readNow = (): void => {
-    if (this.closed) return;
-    const { libc, fd, packets } = this;
-    const slots = (this.slotViews ??= Array.from({ length: DEFAULT_SLOTS }, (_, i) => this.ring.data.subarray(i * SLOT_SIZE, (i + 1) * SLOT_SIZE)));
-    if (this.vnetHeader) return this.readNowVnet(slots);
-    let count = 0;
-    let goneErrno = 0;
-    while (count < DEFAULT_SLOTS) {
-      const slot = slots[count];
-      const n = libc.read(fd, slot, SLOT_SIZE);
-      if (n > 0) {
-        packets[count++] = slot.subarray(0, n);
-        continue;
-      }
-      if (n === 0) break;
-      const outcome = this.readFailed();
-      if (outcome === RETRY_READ) continue;
-      goneErrno = outcome;
-      break;
-    }
-    const failure = count > 0 ? this.deliver(packets, count) : undefined;
-    if (goneErrno !== 0) this.deviceGone(errnoError(`${this.name}: TUN read`, goneErrno, 'interface deleted'));
-    if (failure !== undefined) queueMicrotask(() => { throw failure; });
-  };
-
-  /**
-   * After a read on the event loop that returned -1: RETRY_READ (EINTR), the errno when the device
-   * is gone, else 0 (stop reading: EAGAIN, or another error, which is counted).
-   */
-  private readFailed(): number {
-    const errno = this.libc.errno();
-    if (errno === EINTR) return RETRY_READ;
-    if (errno === EAGAIN) return 0;
-    if (DEVICE_GONE_ERRNOS.has(errno)) return errno;
-    Atomics.add(this.ring.header, READ_ERRORS, 1);
-    return 0;
-  }
-
-  /**
-   * The event-loop reader with a vnet header: each read lands in a private buffer and is copied,
-   * or split into segments, into the ring's slots (vnet-read.ts, the same checks as the reader
-   * thread); a full set of slots is delivered before more are filled. At most MAX_VNET_READS reads
-   * per callback (the poll is level-triggered).
-   */
-  private readNowVnet(slots: Uint8Array[]): void {
-    const { libc, fd, packets } = this;
-    const reader = (this.vnetReader ??= new VnetReader(SLOT_SIZE, wordsOf(this.buffer)));
-    let count = 0;
-    let goneErrno = 0;
-    let failure: unknown;
-    const sink: SlotSink = {
-      slot: () => {
-        if (count === DEFAULT_SLOTS) {
-          failure ??= this.deliver(packets, count);
-          count = 0;
-        }
-        return slots[count];
-      },
-      filled: (length) => {
-        packets[count] = slots[count].subarray(0, length);
-        count++;
-      },
-    };
-    for (let reads = 0; reads < MAX_VNET_READS && !this.closed; reads++) {
-      const n = libc.read(fd, reader.target, VNET_READ_SIZE);
-      if (n <= 0) {
-        if (n === 0) break;
-        const outcome = this.readFailed();
-        if (outcome === RETRY_READ) continue;
-        goneErrno = outcome;
-        break;
-      }
-      if (reader.ingest(n, sink) === VNET_READ_REFUSED) Atomics.add(this.ring.header, READ_ERRORS, 1);
-    }
-    if (count > 0) failure ??= this.deliver(packets, count);
-    if (goneErrno !== 0) this.deviceGone(errnoError(`${this.name}: TUN read`, goneErrno, 'interface deleted'));
-    if (failure !== undefined) queueMicrotask(() => { throw failure; });
   }
 
   // --- disappearance ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@
  * Atomics.wait) until this thread answers STOPPED; after that it is free to close the fds.
  *
  * With a vnet header (IFF_VNET_HDR, see offload.ts) each read lands in a private buffer first
- * (vnet-read.ts, shared with the event-loop reader): a TCP super-packet is split into segments, one
+ * (vnet-read.ts): a TCP super-packet is split into segments, one
  * ring slot each (waiting for room in the ring when needed), and a partial checksum the kernel
  * left is completed, so the main thread only ever sees whole MTU-sized packets.
  *
@@ -69,7 +69,7 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
   const finish = (goneErrno: number) => finishWorker(header, goneErrno);
 
   // With a vnet header: reads land in a private buffer and are copied or split into ring slots
-  // (vnet-read.ts, shared with the event-loop reader).
+  // (vnet-read.ts).
   const vnet = config.vnetHeader === true ? new VnetReader(slotSize, wordsOf(config.buffer)) : undefined;
 
   /** Waits until a slot is free (publishing first); false when a stop was requested meanwhile. */

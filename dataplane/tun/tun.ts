@@ -57,24 +57,13 @@ export interface Tun {
   readonly stats: TunStats;
 }
 
-/** How the Linux device reads packets; see linux-tun.ts and bench/tun-micro.ts for the trade-off. */
-export type TunReader = 'worker' | 'event-loop';
-
 export interface OpenTunOptions {
   /** MTU to set right after creation. Default: leave the kernel's default (1500). */
   mtu?: number;
   /**
-   * 'worker' (the default; Node and Bun): a reader thread fills a shared ring, the main thread only
-   * takes batches from it. 'event-loop' (Node only; elsewhere it falls back to 'worker'): libuv
-   * watches the fd in the main thread, which reads the packets itself — one thread less and less
-   * CPU in total, but the read syscalls cost main-thread time. Default: 'worker' (the daemon
-   * passes ROAMGUARD_TUN_READER, dataplane/settings.ts).
-   */
-  reader?: TunReader;
-  /**
    * TCP segmentation and receive offloads through a vnet header (tun/offload.ts): the kernel hands
-   * over TCP super-packets of up to 64 KiB, split into MTU-sized packets by the reader (thread or
-   * event loop), and written TCP segments are coalesced per flow. Default: on (the daemon passes
+   * over TCP super-packets of up to 64 KiB, split into MTU-sized packets by the reader thread,
+   * and written TCP segments are coalesced per flow. Default: on (the daemon passes
    * ROAMGUARD_TUN_OFFLOAD, dataplane/settings.ts).
    */
   offload?: boolean;

@@ -1,12 +1,11 @@
 /**
  * One read from a TUN fd with a vnet header (IFF_VNET_HDR, see offload.ts), turned into ring
  * slots: a whole packet is copied into one slot (its partial checksum completed when the kernel
- * left it to us), a TCP super-packet is split into segments, one slot each. Both TUN readers use
- * this, the reader thread (reader-worker.ts) and the event-loop reader (LinuxTun.readNowVnet), so
- * that what the kernel hands over is checked the same way on both paths: the vnet header and
- * the packet's own headers must agree and fit the bytes read, and nothing may be written past
- * the end of a slot (a whole packet larger than a slot, or a segment size that makes one, is
- * refused). Everything refused is left to the caller to count (READ_ERRORS); nothing here throws
+ * left it to us), a TCP super-packet is split into segments, one slot each. The reader thread
+ * (reader-worker.ts) uses it; kept apart from the thread so it is tested on its own. What the
+ * kernel hands over is checked: the vnet header and the packet's own headers must agree and fit
+ * the bytes read, and nothing may be written past the end of a slot (a whole packet larger than
+ * a slot, or a segment size that makes one, is refused). Everything refused is left to the caller to count (READ_ERRORS); nothing here throws
  * on what a read brought.
  */
 import {

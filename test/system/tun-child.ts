@@ -1,7 +1,7 @@
 /**
  * Child process of test/system/tun.test.ts: run inside a network namespace (`ip netns exec NS
  * node --import tsx tun-child.ts NAME [MTU]`, or the same with bun), it opens a TUN device there
- * (reader and offloads as the daemon would open it: ROAMGUARD_TUN_READER, ROAMGUARD_TUN_OFFLOAD)
+ * (offloads as the daemon would open it: ROAMGUARD_TUN_OFFLOAD)
  * and answers ICMP/ICMPv6 echo requests read from it by writing the replies back, like a host
  * behind the tunnel. Other packets are only counted.
  *
@@ -27,7 +27,7 @@ const send = (message: Record<string, unknown>) => process.stdout.write(`${JSON.
 const runtime = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined' ? 'bun' : 'node';
 
 const settings = loadDataplaneSettings();
-const tun = await openTun(name, { ...(mtuArg ? { mtu: Number(mtuArg) } : {}), reader: settings.tunReader, offload: settings.tunOffload });
+const tun = await openTun(name, { ...(mtuArg ? { mtu: Number(mtuArg) } : {}), offload: settings.tunOffload });
 
 const counters = { batches: 0, maxBatch: 0, multiBatches: 0, echoes: 0, other: 0, firstReadAt: 0, lastReadAt: 0 };
 const replies: Uint8Array[] = [];
@@ -60,7 +60,7 @@ tun.onClose(() => {
 
 // Ready once the reader really reads (its thread may still be starting on a loaded machine).
 if (process.env.TUN_CHILD_NO_START !== '1') await tun.ready?.();
-send({ event: 'ready', name: tun.name, mtu: tun.mtu, runtime, reader: (tun as LinuxTun).reader });
+send({ event: 'ready', name: tun.name, mtu: tun.mtu, runtime, vnetHeader: (tun as LinuxTun).vnetHeader });
 
 const lines = createInterface({ input: process.stdin });
 lines.on('line', (line) => {

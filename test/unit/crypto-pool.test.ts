@@ -7,21 +7,17 @@ import assert from 'node:assert/strict';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import type { Crypto } from '../../dataplane/crypto/primitives.ts';
 import { InlineCryptoPool, SMALL_BATCH, SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
-import { PiscinaCryptoPool } from '../../dataplane/pool/piscina-pool.ts';
-import { createWorkerPool } from '../../dataplane/pool/select-pool.ts';
 import { BatchPool, slotSizeForMtu, type PacketBatch } from '../../dataplane/pool/packet-batch.ts';
 import { sealTransportInPlace } from '../../dataplane/session/transport.ts';
 import { paddedLength } from '../../dataplane/noise/messages.ts';
 
 let crypto: Crypto;
 let workers: WorkerCryptoPool;
-let piscina: PiscinaCryptoPool;
 before(async () => {
   crypto = await selectCrypto();
   workers = new WorkerCryptoPool(2);
-  piscina = new PiscinaCryptoPool(2);
 });
-after(async () => { await workers?.close(); await piscina?.close(); });
+after(async () => { await workers?.close(); });
 
 const MTU = 1420;
 
@@ -39,9 +35,9 @@ function fill(batch: PacketBatch, sizes: number[], firstCounter: number): Uint8A
 }
 
 describe('crypto pools', () => {
-  for (const name of ['workers', 'piscina', 'inline'] as const) {
+  for (const name of ['workers', 'inline'] as const) {
     test(`${name}: a sealed batch matches single-packet sealing and opens back`, async () => {
-      const pool: CryptoPool = name === 'workers' ? workers : name === 'piscina' ? piscina : new InlineCryptoPool(crypto);
+      const pool: CryptoPool = name === 'workers' ? workers : new InlineCryptoPool(crypto);
       const other: CryptoPool = name === 'inline' ? workers : new InlineCryptoPool(crypto);
       const batches = new BatchPool(slotSizeForMtu(MTU));
       const key = crypto.randomBytes(32);
@@ -67,8 +63,8 @@ describe('crypto pools', () => {
     });
   }
 
-  for (const name of ['workers', 'piscina'] as const) test(`${name}: many batches in flight complete, each with its own results`, async () => {
-    const pool = name === 'workers' ? workers : piscina;
+  test('workers: many batches in flight complete, each with its own results', async () => {
+    const pool = workers;
     const batches = new BatchPool(slotSizeForMtu(MTU));
     const key = crypto.randomBytes(32);
     const jobs = Array.from({ length: 20 }, (_, j) => {
@@ -101,17 +97,6 @@ describe('crypto pools', () => {
     assert.equal(workers.queueDepth, 0);
   });
 
-  test('ROAMGUARD_POOL: ring and piscina are chosen by name', async () => {
-    const ring = createWorkerPool(1, 'ring');
-    const pis = createWorkerPool(1, 'piscina');
-    try {
-      assert.ok(ring instanceof WorkerCryptoPool);
-      assert.ok(pis instanceof PiscinaCryptoPool);
-    } finally {
-      await ring.close();
-      await pis.close();
-    }
-  });
 
   test('split pool: small batches are sealed at once on this thread, large ones in the workers', async () => {
     // Record which batches reach the worker pool. (Checking whether a batch is "not sealed

@@ -37,32 +37,29 @@ function typescriptFiles(dir: string): string[] {
 }
 
 describe('data plane settings', () => {
-  test('defaults: the fastest measured path, no forcing, protocol timers', () => {
+  test('defaults: offloads on, no forcing, protocol timers', () => {
     assert.deepEqual(defaultDataplaneSettings(), {
-      udp: 'ffi', udpOffload: true, tunReader: 'worker', tunOffload: true, pool: 'ring',
-      crypto: undefined, libsodium: '', testTimings: undefined,
+      udpOffload: true, tunOffload: true, crypto: undefined, libsodium: '', testTimings: undefined,
     });
   });
 
   test('values are read and normalised', () => {
     const s = loadDataplaneSettings({
-      ROAMGUARD_UDP: 'dgram', ROAMGUARD_UDP_OFFLOAD: '0', ROAMGUARD_TUN_READER: 'event-loop', ROAMGUARD_TUN_OFFLOAD: 'off',
-      ROAMGUARD_POOL: 'piscina', ROAMGUARD_CRYPTO: 'Portable', ROAMGUARD_LIBSODIUM: '/opt/lib/libsodium.so',
+      ROAMGUARD_UDP_OFFLOAD: '0', ROAMGUARD_TUN_OFFLOAD: 'off',
+      ROAMGUARD_CRYPTO: 'Portable', ROAMGUARD_LIBSODIUM: '/opt/lib/libsodium.so',
       ROAMGUARD_TEST_TIMINGS: '{"rekeyAfterTime":2000,"rejectAfterTime":3000}',
     });
     assert.deepEqual(s, {
-      udp: 'dgram', udpOffload: false, tunReader: 'event-loop', tunOffload: false, pool: 'piscina',
+      udpOffload: false, tunOffload: false,
       crypto: 'portable', libsodium: '/opt/lib/libsodium.so', testTimings: { rekeyAfterTime: 2000, rejectAfterTime: 3000 },
     });
-    assert.equal(loadDataplaneSettings({ ROAMGUARD_CRYPTO: 'auto', ROAMGUARD_UDP: ' ' }).crypto, undefined);
+    assert.equal(loadDataplaneSettings({ ROAMGUARD_CRYPTO: 'auto' }).crypto, undefined);
+    assert.equal(loadDataplaneSettings({ ROAMGUARD_TUN_OFFLOAD: ' ' }).tunOffload, true, 'blank: the default');
   });
 
   const bad: Array<[string, string, RegExp]> = [
-    ['ROAMGUARD_UDP', 'foo', /expected one of ffi, dgram$/],
     ['ROAMGUARD_UDP_OFFLOAD', 'maybe', /true\/false/],
-    ['ROAMGUARD_TUN_READER', 'thread', /expected one of worker, event-loop$/],
     ['ROAMGUARD_TUN_OFFLOAD', '2', /true\/false/],
-    ['ROAMGUARD_POOL', 'fast', /expected one of ring, piscina$/],
     ['ROAMGUARD_CRYPTO', 'openssl', /expected one of auto, libsodium-ffi, node:crypto, sodium-wasm, portable$/],
     ['ROAMGUARD_LIBSODIUM', 'lib\0sodium', /a file path or library name/],
     ['ROAMGUARD_TEST_TIMINGS', '{"rekeyAfterTime":-1}', /a JSON object of positive millisecond values/],
@@ -76,6 +73,17 @@ describe('data plane settings', () => {
       assert.ok(!err.message.includes('\n'), 'one line');
     });
   }
+
+  test('the retired switches of removed fallbacks accept only the path that is left', () => {
+    assert.deepEqual(loadDataplaneSettings({ ROAMGUARD_UDP: 'ffi', ROAMGUARD_POOL: 'ring', ROAMGUARD_TUN_READER: 'worker' }), defaultDataplaneSettings());
+    for (const [name, value, accepted] of [
+      ['ROAMGUARD_UDP', 'dgram', 'ffi or unset (the node:dgram bind was removed)'],
+      ['ROAMGUARD_POOL', 'piscina', 'ring or unset (the piscina pool was removed)'],
+      ['ROAMGUARD_TUN_READER', 'event-loop', 'worker or unset (the event-loop TUN reader was removed)'],
+    ]) {
+      assert.equal(errorFor({ [name]: value }).message, `${name}=${JSON.stringify(value)} is not valid: expected ${accepted}`);
+    }
+  });
 
   test('ROAMGUARD_TEST_TIMINGS refuses unknown timers and what is not an object', () => {
     for (const value of ['{"rekeyAfter":1}', '[1]', 'fast', '{"rekeyTimeout":"5"}']) {
@@ -112,7 +120,7 @@ describe('data plane settings', () => {
     delete env.LOG_LEVEL;
     const run = spawnSync(join(ROOT, 'bin/roamguard'), ['wg', '--foreground', 'rgbadsetting0'], { env, encoding: 'utf8', timeout: 60_000 });
     assert.notEqual(run.status, 0, `exit status ${run.status}`);
-    assert.equal(run.stderr, 'roamguard wg: ROAMGUARD_UDP="foo" is not valid: expected one of ffi, dgram\n');
+    assert.equal(run.stderr, 'roamguard wg: ROAMGUARD_UDP="foo" is not valid: expected ffi or unset (the node:dgram bind was removed)\n');
     assert.equal(run.stdout, '');
   });
 });

@@ -1,10 +1,8 @@
 /**
  * A model-based adversarial test of the whole inbound and outbound path (issue 12, item 1): two
  * Devices over in-memory TUNs, with the real crypto worker pool (WorkerCryptoPool) in one
- * configuration, the daemon's split pool (inline below SMALL_BATCH, workers above) in another,
- * and the piscina pool (ROAMGUARD_POOL=piscina, whose queued tasks read their key only when they
- * are posted to a worker: the outbound hazard) in a shorter third, driven by a seeded PRNG
- * through random interleavings of
+ * configuration and the daemon's split pool (inline below SMALL_BATCH, workers above) in another,
+ * driven by a seeded PRNG through random interleavings of
  *
  * - genuine traffic both ways (lone small packets: the direct paths; bursts: the batch pipeline),
  * - handshakes: either side initiating, both at once (crossing), timer rekeys, expiry and key
@@ -43,7 +41,6 @@ import type { MemoryBind } from '../../dataplane/bind/memory-bind.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
-import { PiscinaCryptoPool } from '../../dataplane/pool/piscina-pool.ts';
 import type { Keypair } from '../../dataplane/session/keypair.ts';
 import type { Peer } from '../../dataplane/session/peer.ts';
 import type { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
@@ -60,7 +57,6 @@ const SEED = Number(process.env.ROAMGUARD_MODEL_SEED ?? 0x4b3e11);
  * The soak runs 10 000 000.
  */
 const STEPS = Number(process.env.ROAMGUARD_MODEL_STEPS ?? (SOAK ? 10_000_000 : isBun ? 100_000 : 250_000));
-const PISCINA_STEPS = Math.round(STEPS / 5);
 
 /** Short protocol timers, so rekeys, expiry and key erasure happen often on the manual clock. */
 const TIMINGS: Partial<Timings> = {
@@ -426,15 +422,5 @@ describe('keypair lifetime: a model of two devices and an attacker', () => {
   test(`split pool (inline + workers, as the daemon runs): ${STEPS.toLocaleString('en')} random steps; the same invariants`, { timeout }, async (tc) => {
     const result = await runModel('split pool', new SplitCryptoPool(crypto, workers), SEED + 1, STEPS);
     tc.diagnostic(JSON.stringify(result));
-  });
-  test(`piscina pool (one message per task; tasks wait in its queue and take their key when posted): ${PISCINA_STEPS.toLocaleString('en')} random steps; the same invariants`, { timeout }, async (tc) => {
-    const piscina = new PiscinaCryptoPool(2);
-    try {
-      await piscina.ready;
-      const result = await runModel('piscina pool', piscina, SEED + 2, PISCINA_STEPS);
-      tc.diagnostic(JSON.stringify(result));
-    } finally {
-      await piscina.close();
-    }
   });
 });

@@ -474,7 +474,7 @@ describe('TUN reader thread with a vnet header (a scripted kernel)', () => {
   });
 });
 
-describe('vnet reads: what both TUN readers do with what the kernel hands over (vnet-read.ts)', () => {
+describe('vnet reads: what the TUN reader does with what the kernel hands over (vnet-read.ts)', () => {
   /** A sink of `slots` slots of exactly `slotSize` bytes in one buffer, recording what was placed. */
   function sinkOf(slotSize: number, slots = 64, stopAfter = Infinity) {
     const ring = new Uint8Array(new SharedArrayBuffer(slotSize * slots));
