@@ -39,7 +39,7 @@ after(async () => { await scope.cleanup(); });
 describe('the image tree (scripts/build-image-tree.sh)', { timeout: 180_000 }, () => {
   test('contents: sources, production dependencies, CNI plugins, entry links; no tests, no dev tools', () => {
     for (const dir of ['bin', 'dataplane', 'control', 'node_modules', 'cni/bin']) assert.ok(existsSync(join(nodeApp, dir)), dir);
-    for (const dep of ['tsx', 'prom-client', 'pino', 'koffi', 'piscina', '@kubernetes/client-node']) assert.ok(existsSync(join(nodeApp, 'node_modules', dep, 'package.json')), `${dep} is there`);
+    for (const dep of ['tsx', 'prom-client', 'pino', 'koffi', '@kubernetes/client-node']) assert.ok(existsSync(join(nodeApp, 'node_modules', dep, 'package.json')), `${dep} is there`);
     for (const dev of ['typescript', 'bun', 'kubernetes-models', 'yaml']) assert.ok(!existsSync(join(nodeApp, 'node_modules', dev)), `${dev} is not`);
     assert.ok(existsSync(join(bunApp, 'node_modules/bun/package.json')), 'the Bun tree keeps Bun');
     assert.deepEqual(readdirSync(join(nodeApp, 'cni/bin')).sort(), [...REQUIRED_CNI_PLUGINS].sort());
