@@ -30,7 +30,7 @@ import {
   type V1Node, type V1NodeList,
 } from './kube-client.ts';
 import type { AgentLogger } from '../log.ts';
-import { withSignal } from './request-signal.ts';
+import { RequestTimeoutError, withSignal, withTimeout } from './request-signal.ts';
 
 export type NodeWatcherState = 'starting' | 'synced' | 'error' | 'stopped';
 
@@ -377,13 +377,17 @@ export class NodeWatcher {
 
   async #list(): Promise<V1NodeList> {
     const run = this.#run;
-    const abort = new AbortController();
-    this.#listAborts.add(abort);
+    // The request's own controller, which stop() aborts. withTimeout's signal aborts it too: one
+    // controller can be passed to the request, where AbortSignal.any would need Node 20.3.
+    const request = new AbortController();
+    this.#listAborts.add(request);
     const timeoutMs = this.#nextListTimeoutMs;
-    const timer = setTimeout(() => abort.abort(), timeoutMs);
     try {
       const param = this.#labelSelector ? { labelSelector: this.#labelSelector } : {};
-      const list = await this.#core.listNode(param, withSignal(abort.signal));
+      const list = await withTimeout(timeoutMs, (timeout) => {
+        timeout.addEventListener('abort', () => request.abort(), { once: true });
+        return this.#core.listNode(param, withSignal(request.signal));
+      });
       if (!this.#running || run !== this.#run) throw new StaleRunError();
       for (const node of list.items) slimNode(node);
       this.#listedRun = run;
@@ -391,14 +395,13 @@ export class NodeWatcher {
       return list;
     } catch (err) {
       if (!this.#running || run !== this.#run) throw new StaleRunError();
-      if (abort.signal.aborted) {
+      if (err instanceof RequestTimeoutError) {
         this.#nextListTimeoutMs = Math.min(this.#listTimeoutMs, 2 * timeoutMs);
         throw new Error(`listing Nodes timed out after ${timeoutMs} ms`);
       }
       throw err;
     } finally {
-      clearTimeout(timer);
-      this.#listAborts.delete(abort);
+      this.#listAborts.delete(request);
     }
   }
 
