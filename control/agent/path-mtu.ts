@@ -19,13 +19,11 @@
  * probe that got no answer at all (NO_ANSWER_RETRY_MS).
  */
 import { keyToBase64 } from '../../dataplane/noise/keys.ts';
-import { formatIp, parsePrefix } from '../../dataplane/net/ip.ts';
 import type { DeviceSnapshot } from '../../dataplane/uapi/uapi-protocol.ts';
-import { gatewayAddress } from '../host/cidrs.ts';
 import type { WantedRoute } from '../host/routes.ts';
 import type { DesiredPeer } from '../mesh/desired-peers.ts';
-import { TextCache } from '../mesh/text-cache.ts';
 import { RECENT_HANDSHAKE_MS } from '../mesh/reconcile.ts';
+import { probeAddress } from '../mesh/tunnel-gateway.ts';
 
 /** The smallest inner size searched: a 1280-byte outer path less IPv6 outer overhead. */
 export const MIN_PROBED_MTU = 1200;
@@ -72,25 +70,6 @@ export interface ProbeTarget {
   /** The peer's tunnel gateway address (IPv4 preferred). */
   address: string;
   reason: ProbeReason;
-}
-
-/**
- * A pod CIDR's gateway address ('' for a prefix too small to have one), remembered: every pass
- * asks for every peer's (routesWithPathMtu), 5 000 of them at 5 000 Nodes.
- */
-const gatewayOfCidr = new TextCache((cidr: string): string => {
-  const prefix = parsePrefix(cidr);
-  return prefix.bits > prefix.address.length * 8 - 2 ? '' : formatIp(gatewayAddress(prefix));
-});
-
-/** The address probes go to: the gateway of the peer's first routed pod CIDR (IPv4 sorts first). */
-export function probeAddress(peer: DesiredPeer, tunnelRoutes: ReadonlySet<string>): string | undefined {
-  for (const cidr of peer.allowedIps) {
-    if (!tunnelRoutes.has(cidr)) continue;
-    const gateway = gatewayOfCidr.get(cidr);
-    if (gateway !== '') return gateway;
-  }
-  return undefined;
 }
 
 /**

@@ -21,7 +21,7 @@ import {
   allocateRelayPorts, decideRelays, isPublicSelf, livenessWindow, livePeers, relayAssignments, relayCandidates, relaysToProbe,
   updateProbing, type LivenessMemory, type ProbingMemory, type RelayClientMemory,
 } from '../mesh/relay.ts';
-import { probeAddress } from './path-mtu.ts';
+import { probeAddress } from '../mesh/tunnel-gateway.ts';
 import { RelayProber } from './relay-probe.ts';
 import { RelayForwarderThread } from '../relay/forwarder-thread.ts';
 import type { PairCounters } from '../relay/forward-core.ts';
