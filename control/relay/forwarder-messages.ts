@@ -30,7 +30,3 @@ export function toWire(config: PairConfig): WirePairConfig {
 export function fromWire(config: WirePairConfig): PairConfig {
   return { id: config.id, ports: config.ports, allowedSources: [new Set(config.allowedSources[0]), new Set(config.allowedSources[1])] };
 }
-
-export function countersToWire(counters: ReadonlyMap<string, PairCounters>): Array<[string, PairCounters]> {
-  return [...counters];
-}

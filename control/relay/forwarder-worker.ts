@@ -12,7 +12,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { RelayForwarder } from './forwarder.ts';
 import type { ThreadConfig, ToThread, FromThread, WirePairConfig } from './forwarder-messages.ts';
-import { fromWire, countersToWire } from './forwarder-messages.ts';
+import { fromWire } from './forwarder-messages.ts';
 
 const config = workerData as ThreadConfig;
 const port = parentPort!;
@@ -24,7 +24,7 @@ const forwarder = new RelayForwarder({
   onError: (p, err) => post({ kind: 'port-error', port: p, message: err.message }),
 });
 
-const ticker = setInterval(() => post({ kind: 'counters', counters: countersToWire(forwarder.counters()) }), config.countersIntervalMs);
+const ticker = setInterval(() => post({ kind: 'counters', counters: [...forwarder.counters()] }), config.countersIntervalMs);
 
 port.on('message', (message: ToThread) => {
   if (message.kind === 'close') {
@@ -34,6 +34,6 @@ port.on('message', (message: ToThread) => {
     return;
   }
   void forwarder.setPairs(message.configs.map((c: WirePairConfig) => fromWire(c))).then((ready) => post({
-    kind: 'set-done', seq: message.seq, ready: ready.map((c) => c.id), unusable: [...forwarder.unusable], counters: countersToWire(forwarder.counters()),
+    kind: 'set-done', seq: message.seq, ready: ready.map((c) => c.id), unusable: [...forwarder.unusable], counters: [...forwarder.counters()],
   }));
 });
