@@ -68,7 +68,12 @@ export async function runDaemon(options: DaemonOptions): Promise<number> {
   };
 
   try {
-    await device.start(0);
+    // Ready (the control socket answers) once the device takes configuration and traffic, not
+    // once its threads have booted: they load what the main thread has just loaded and
+    // self-tested (the crypto provider, libc), and booting them took about a third of the start
+    // on two cores. What arrives meanwhile waits for them; a thread that still fails to start
+    // ends the daemon below, with its error.
+    await device.open(0);
     uapi = await startUapiServer(tun.name, createUapiHandler(device, { log: (m) => log.verbose(m) }), {
       dir: options.socketDir,
       onSocketDeleted: () => stop('control socket deleted'),
@@ -84,6 +89,10 @@ export async function runDaemon(options: DaemonOptions): Promise<number> {
   process.once('SIGTERM', onSignal);
   log.verbose(`interface ${tun.name} is up; control socket ${uapi.path}`);
   options.onReady?.();
+  device.running().catch((err: unknown) => {
+    log.error(`a data-plane thread could not start: ${err instanceof Error ? err.message : String(err)}`);
+    stop('a data-plane thread could not start', 1);
+  });
 
   const code = await finished;
   process.off('SIGINT', onSignal);

@@ -155,20 +155,36 @@ export class Device {
   }
 
   /**
-   * Opens the UDP port (0 = any), starts reading the TUN and running timers; resolves once every
-   * thread runs: the crypto workers (started by the constructor), the UDP reader and the TUN
-   * reader boot at the same time, so start-up costs the slowest of them, not their sum. A packet
-   * that arrives meanwhile waits in the pool's ring for its worker (the pool takes tasks while
-   * its workers load), and the daemon reports ready only once all of them run.
+   * Opens the UDP port (0 = any), starts reading the TUN and running timers, and resolves once
+   * every thread runs (open, then running).
    */
   async start(listenPort = 0): Promise<void> {
+    await this.open(listenPort);
+    await this.running();
+  }
+
+  /**
+   * Opens the UDP port (0 = any), starts reading the TUN and running timers. From here the device
+   * takes configuration and traffic, while its threads (the crypto workers, started by the
+   * constructor, the UDP reader and the TUN reader) may still be booting: what arrives meanwhile
+   * waits in the kernel's queues and in the pool's rings for them (the pool takes tasks while its
+   * workers load). See running().
+   */
+  async open(listenPort = 0): Promise<void> {
     await this.bind.open(listenPort);
     const outbound = this.outbound;
     this.tun.start(outbound
       ? (packets, count) => outbound.handle(packets, count)
       : (packets, count) => { for (let i = 0; i < count; i++) this.core.sendPacket(packets[i]); });
-    await Promise.all([this.pool?.ready, this.bind.ready?.(), this.tun.ready?.()]);
     this.ticker = setInterval(() => this.core.tick(), TICK_INTERVAL_MS);
+  }
+
+  /**
+   * Resolves once every thread runs; they boot at the same time, so this costs the slowest of
+   * them, not their sum. Rejects when one cannot start.
+   */
+  async running(): Promise<void> {
+    await Promise.all([this.pool?.ready, this.bind.ready?.(), this.tun.ready?.()]);
     this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, crypto threads ${this.pool?.threads ?? 0}`);
   }
 
