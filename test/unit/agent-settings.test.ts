@@ -4,18 +4,12 @@ import { fileURLToPath } from 'node:url';
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SETTINGS, SettingError, loadSettings, settingsTable } from '../../control/config/settings.ts';
+import { settingErrorFor, testRefusedWithOneLine } from '../helpers/setting-cases.ts';
 
 const base = { NODE_NAME: 'node-a' };
 
-function errorFor(env: Record<string, string>): SettingError {
-  try {
-    loadSettings({ ...base, ...env });
-  } catch (err) {
-    assert.ok(err instanceof SettingError, `expected a SettingError, got ${String(err)}`);
-    return err;
-  }
-  assert.fail(`expected ${JSON.stringify(env)} to be rejected`);
-}
+const errorLoad = (env: Record<string, string>) => loadSettings({ ...base, ...env });
+const errorFor = (env: Record<string, string>): SettingError => settingErrorFor(errorLoad, env);
 
 describe('agent settings', () => {
   test('defaults', () => {
@@ -138,15 +132,7 @@ describe('agent settings', () => {
     ['RELAY_PAIR_MBIT', 'fast', /integer from 0 to 1000000/],
     ['METRICS_ADDRESS', 'localhost', /host:port/],
   ];
-  for (const [name, value, accepted] of bad) {
-    test(`${name}=${JSON.stringify(value)} is refused with one line naming it`, () => {
-      const err = errorFor({ [name]: value });
-      assert.equal(err.variable, name);
-      assert.ok(err.message.startsWith(`${name}=${JSON.stringify(value)} is not valid: expected `), err.message);
-      assert.match(err.message, accepted);
-      assert.ok(!err.message.includes('\n'), 'one line');
-    });
-  }
+  testRefusedWithOneLine(errorLoad, bad);
 
   test('every setting has a bad-value case above, a default and a doc line', () => {
     const covered = new Set(bad.map(([name]) => name));

@@ -11,19 +11,13 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DATAPLANE_SETTINGS, dataplaneSettingsTable, defaultDataplaneSettings, loadDataplaneSettings } from '../../dataplane/settings.ts';
 import { SettingError } from '../../dataplane/setting-spec.ts';
+import { settingErrorFor, testRefusedWithOneLine } from '../helpers/setting-cases.ts';
 import { SettingError as AgentSettingError } from '../../control/config/settings.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
-function errorFor(env: Record<string, string>): SettingError {
-  try {
-    loadDataplaneSettings(env);
-  } catch (err) {
-    assert.ok(err instanceof SettingError, `expected a SettingError, got ${String(err)}`);
-    return err;
-  }
-  assert.fail(`expected ${JSON.stringify(env)} to be rejected`);
-}
+const errorLoad = (env: Record<string, string>) => loadDataplaneSettings(env);
+const errorFor = (env: Record<string, string>): SettingError => settingErrorFor(errorLoad, env);
 
 /** Every .ts file under dir (recursively), not the compiled .js beside it. */
 function typescriptFiles(dir: string): string[] {
@@ -64,15 +58,7 @@ describe('data plane settings', () => {
     ['ROAMGUARD_LIBSODIUM', 'lib\0sodium', /a file path or library name/],
     ['ROAMGUARD_TEST_TIMINGS', '{"rekeyAfterTime":-1}', /a JSON object of positive millisecond values/],
   ];
-  for (const [name, value, accepted] of bad) {
-    test(`${name}=${JSON.stringify(value)} is refused with one line naming it`, () => {
-      const err = errorFor({ [name]: value });
-      assert.equal(err.variable, name);
-      assert.ok(err.message.startsWith(`${name}=${JSON.stringify(value)} is not valid: expected `), err.message);
-      assert.match(err.message, accepted);
-      assert.ok(!err.message.includes('\n'), 'one line');
-    });
-  }
+  testRefusedWithOneLine(errorLoad, bad);
 
   test('the retired switches of removed fallbacks accept only the path that is left', () => {
     assert.deepEqual(loadDataplaneSettings({ ROAMGUARD_UDP: 'ffi', ROAMGUARD_POOL: 'ring', ROAMGUARD_TUN_READER: 'worker' }), defaultDataplaneSettings());
