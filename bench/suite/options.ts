@@ -46,6 +46,8 @@ export interface BenchOptions {
   subjects: string[];
   /** `--baseline DIR`: the checkout whose bin/roamguard the *-baseline subjects run. */
   baseline?: string;
+  /** `--wireguard-go-modern PATH`: the wireguard-go binary of the reference subject (default: beside the checkout). */
+  wireguardGoModern?: string;
   /** Where the JSON, Markdown and SVG results go; undefined = do not save. */
   outDir: string | undefined;
 }
@@ -59,7 +61,7 @@ export const MAX_UDP_SIZE = TUNNEL_MTU - 28;
 export const USAGE = `roamguard bench [--quick] [--only LIST] [--duration S] [--runs N] [--pings N] [--prime S]
                 [--streams N | --no-parallel] [--udp-size B] [--udp-probes N | --no-udp]
                 [--startups N] [--peers N] [--scale-rate N] [--no-scale] [--no-micro] [--reverse]
-                [--out DIR | --no-save]
+                [--baseline DIR] [--wireguard-go-modern PATH] [--out DIR | --no-save]
 
 Builds two network namespaces joined by a veth pair and measures, one after the other on that
 same link: the raw link (the ceiling), roamguard under Node.js and Bun, upstream's newest
@@ -104,6 +106,10 @@ created afterwards, also on Ctrl-C. Full run: about 6 minutes on 2 cores; --quic
   --out DIR        directory for the results (default bench/results)
   --baseline DIR   the checkout (e.g. a worktree of main before a change) that the subjects
                    node-baseline and bun-baseline run, for before/after figures in one run
+  --wireguard-go-modern PATH
+                   the wireguard-go binary of the wireguard-go-modern subject, the reference of
+                   the ratios (default ../shared/anchors/wireguard-go-modern beside the checkout;
+                   without one the ratios are against Debian's wireguard-go, and the report says so)
   --no-save        print only, write no files`;
 
 export function parseBenchArgs(args: readonly string[]): BenchOptions {
@@ -157,6 +163,7 @@ export function parseBenchArgs(args: readonly string[]): BenchOptions {
       case '--scale-rate': opts.scaleRate = nonNegative(take(), name); break;
       case '--out': opts.outDir = take(); break;
       case '--baseline': opts.baseline = resolve(take()); break;
+      case '--wireguard-go-modern': opts.wireguardGoModern = resolve(take()); break;
       case '--only': {
         const ids = take().split(',').map((s) => s.trim()).filter(Boolean);
         const unknown = ids.filter((id) => !SUBJECTS.some((s) => s.id === id));

@@ -114,7 +114,7 @@ function version(cmd: string, args: string[], pattern: RegExp = /\S.*/): string 
   return r.status === 0 ? (pattern.exec(text)?.[0] ?? '?').trim() : 'unavailable';
 }
 
-function collectVersions(): Record<string, string> {
+function collectVersions(wireguardGoModern: string): Record<string, string> {
   const versions: Record<string, string> = {
     node: version('node', ['--version']),
     iperf3: version('iperf3', ['--version'], /iperf [\d.]+/),
@@ -123,7 +123,7 @@ function collectVersions(): Record<string, string> {
   const bun = bunBinary();
   versions.bun = bun ? version(bun, ['--version']) : 'not installed';
   versions['wireguard-go'] = which('wireguard-go') ? version('wireguard-go', ['--version'], /v[\d.]+/) : 'not installed';
-  versions['wireguard-go-modern'] = hasWireGuardGoModern() ? version(WIREGUARD_GO_MODERN, ['--version'], /v[\d.]+/) : 'not found';
+  versions['wireguard-go-modern'] = hasWireGuardGoModern(wireguardGoModern) ? version(wireguardGoModern, ['--version'], /v[\d.]+/) : 'not found';
   return versions;
 }
 
@@ -363,7 +363,8 @@ async function measureSubject(spec: SubjectSpec, result: SubjectResult, ctx: Con
 export async function runBench(opts: BenchOptions, command: string, progress: Progress): Promise<BenchResults> {
   const started = new Date();
   const specs = opts.subjects.map((id) => SUBJECTS.find((s) => s.id === id)!)
-    .map((spec) => spec.fromBaseline && opts.baseline ? { ...spec, bin: join(opts.baseline, 'bin', 'roamguard') } : spec);
+    .map((spec) => spec.fromBaseline && opts.baseline ? { ...spec, bin: join(opts.baseline, 'bin', 'roamguard') } : spec)
+    .map((spec) => spec.build === 'modern' && opts.wireguardGoModern ? { ...spec, bin: opts.wireguardGoModern } : spec);
   const results: SubjectResult[] = specs.map((spec) => ({
     id: spec.id, label: spec.label, kind: spec.kind, status: 'skipped', info: {}, runs: [], processes: [], counters: {},
   }));
@@ -389,7 +390,7 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
     progress(`[${String(index + 1).padStart(String(total).length)}/${total}] ${s.label}: ${detail ?? s.kind} (${total - index - 1} steps, ~${formatDuration(left)} left)`);
   };
 
-  const versions = collectVersions();
+  const versions = collectVersions(opts.wireguardGoModern ?? WIREGUARD_GO_MODERN);
   const loadAverage = loadavg().map((l) => Math.round(l * 100) / 100);
   const topologyScope = new Scope();
   let foreignLoadBefore = 0;

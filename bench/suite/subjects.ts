@@ -46,7 +46,7 @@ export interface SubjectSpec {
   byDefault: boolean;
   /** roamguard subjects: run another checkout's data plane (`--baseline DIR`) instead of this one's. */
   fromBaseline?: boolean;
-  /** The entry point to run, set by the runner for baseline subjects; default ROAMGUARD_BIN. */
+  /** The entry point to run, set by the runner: another checkout's for baseline subjects, `--wireguard-go-modern`'s for that subject. */
   bin?: string;
 }
 
@@ -72,7 +72,7 @@ export function bunBinary(): string | undefined {
 
 /** Why `spec` cannot run on this machine (shown as a note), or undefined when it can. */
 export function unavailableReason(spec: SubjectSpec): string | undefined {
-  if (spec.build === 'modern' && !hasWireGuardGoModern()) return `${WIREGUARD_GO_MODERN} not found: skipped (ratios are against Debian's wireguard-go)`;
+  if (spec.build === 'modern' && !hasWireGuardGoModern(spec.bin)) return `${spec.bin ?? WIREGUARD_GO_MODERN} not found: skipped (ratios are against Debian's wireguard-go)`;
   if (spec.build === 'debian' && !which('wireguard-go')) return 'wireguard-go is not installed (Debian package wireguard-go): skipped';
   if (spec.runtime === 'bun' && !bunBinary()) return 'bun is not installed (npm install bun): skipped';
   if (spec.fromBaseline && spec.bin === undefined) return 'needs --baseline DIR (another checkout): skipped';
@@ -130,7 +130,7 @@ export async function startRoamguard(scope: Scope, ns: Namespace, spec: SubjectS
 
 async function startWireguardGo(scope: Scope, ns: Namespace, spec: SubjectSpec, side: 'a' | 'b'): Promise<TunnelProcess> {
   const implementation = spec.build === 'modern' ? 'wireguard-go-modern' : 'wireguard-go';
-  const wg = await UserspaceWg.start(scope, ns, { implementation, ifname: uniqueName('rgb'), logLevel: 'error', startTimeoutMs: 10_000 });
+  const wg = await UserspaceWg.start(scope, ns, { implementation, binary: spec.bin, ifname: uniqueName('rgb'), logLevel: 'error', startTimeoutMs: 10_000 });
   return { side, pid: wg.process.pid, comm: comm(wg.process.pid), ifname: wg.ifname, process: wg.process };
 }
 

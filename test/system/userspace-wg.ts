@@ -42,8 +42,9 @@ export const ROAMGUARD_WG_BIN = join(REPO_ROOT, 'bin/roamguard-wg');
  */
 export const WIREGUARD_GO_MODERN = resolve(REPO_ROOT, '../shared/anchors/wireguard-go-modern');
 
-export function hasWireGuardGoModern(): boolean {
-  try { accessSync(WIREGUARD_GO_MODERN, fsConstants.X_OK); return true; } catch { return false; }
+/** Whether `path` (default: the build beside the checkout) is an executable file. */
+export function hasWireGuardGoModern(path = WIREGUARD_GO_MODERN): boolean {
+  try { accessSync(path, fsConstants.X_OK); return true; } catch { return false; }
 }
 
 export interface UserspaceWgOptions extends StartOptions {
@@ -53,13 +54,15 @@ export interface UserspaceWgOptions extends StartOptions {
   threads?: number;
   /** roamguard only: ROAMGUARD_TEST_TIMINGS (milliseconds). Default: the test's own env value. */
   timings?: Record<string, number>;
+  /** wireguard-go-modern only: its binary. Default {@link WIREGUARD_GO_MODERN}. */
+  binary?: string;
 }
 
 /** The foreground command line and environment of `implementation` for `ifname`. */
 export function launchSpec(implementation: Implementation, ifname: string, options: UserspaceWgOptions = {}): LaunchSpec {
   if (implementation === 'wireguard-go') return WireGuardGo.launchSpec(ifname, options);
   if (implementation === 'wireguard-go-modern') {
-    return { ...WireGuardGo.launchSpec(ifname, options), command: WIREGUARD_GO_MODERN, label: `wireguard-go-modern ${ifname}` };
+    return { ...WireGuardGo.launchSpec(ifname, options), command: options.binary ?? WIREGUARD_GO_MODERN, label: `wireguard-go-modern ${ifname}` };
   }
   const env: Record<string, string> = { ...options.env, LOG_LEVEL: daemonLogLevel(options.logLevel) };
   const runtime = implementation === 'roamguard-bun' ? 'bun' : 'node';

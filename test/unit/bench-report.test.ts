@@ -5,7 +5,9 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { resolve } from 'node:path';
 import { parseBenchArgs, QUICK_SUBJECTS } from '../../bench/suite/options.ts';
+import { SUBJECTS, unavailableReason } from '../../bench/suite/subjects.ts';
 import { estimateSecondsLeft, formatDuration } from '../../bench/suite/progress.ts';
 import {
   formatCount, formatRatio, ratio, renderCpuTable, renderMarkdown, renderMicroTables, renderScaleTable, renderStartupTable, renderThroughputTable, referenceSubject, throughputRows,
@@ -342,6 +344,14 @@ describe('bench options', () => {
     assert.deepEqual([o.startups, o.startupIdleMs], [3, 2000]);
     assert.deepEqual([parseBenchArgs(['--quick']).startups, parseBenchArgs(['--quick', '--startups', '0']).startups], [2, 0]);
     assert.throws(() => parseBenchArgs(['--startups', '-1']), /whole number/);
+  });
+
+  test('--wireguard-go-modern PATH: the reference binary, resolved; a missing one skips the subject naming it', () => {
+    assert.equal(parseBenchArgs([]).wireguardGoModern, undefined, 'default: the build beside the checkout');
+    assert.equal(parseBenchArgs(['--wireguard-go-modern', 'anchors/wg']).wireguardGoModern, resolve('anchors/wg'));
+    const modern = SUBJECTS.find((s) => s.id === 'wireguard-go-modern')!;
+    assert.match(unavailableReason({ ...modern, bin: '/nonexistent/wireguard-go' }) ?? '', /^\/nonexistent\/wireguard-go not found: skipped \(ratios are against Debian's wireguard-go\)/);
+    assert.equal(unavailableReason({ ...modern, bin: process.execPath }), undefined, 'an executable given: runs');
   });
 
   test('--quick: the short subset; explicit options still win', () => {
