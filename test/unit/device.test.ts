@@ -11,6 +11,10 @@ import { DIRECT_MAX_BYTES } from '../../dataplane/device/send.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
 import { makeDevicePair } from '../helpers/device-pair.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
+import { Device } from '../../dataplane/device/device.ts';
+import { MemoryNetwork } from '../../dataplane/bind/memory-bind.ts';
+import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
+import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 
 let crypto: Crypto;
 let pool: WorkerCryptoPool;
@@ -118,4 +122,63 @@ describe('device pipelines', () => {
       }
     });
   }
+});
+
+describe('start-up: open, then running', () => {
+  /** The shared worker pool behind a `ready` the test settles itself (threads still booting). */
+  function gatedPool() {
+    let settle!: { resolve: () => void; reject: (err: Error) => void };
+    const ready = new Promise<void>((resolve, reject) => { settle = { resolve, reject }; });
+    const gated: CryptoPool = {
+      threads: pool.threads, ready,
+      seal: (batch, key, receiverIndex, mtu) => pool.seal(batch, key, receiverIndex, mtu),
+      open: (batch, key) => pool.open(batch, key),
+      close: async () => {},
+    };
+    return { gated, settle };
+  }
+
+  test('an opened device carries traffic while its threads boot; running() waits for them', async () => {
+    const network = new MemoryNetwork();
+    const { gated, settle } = gatedPool();
+    const make = async (host: string, inner: string) => {
+      const tun = new MemoryTun('rgmem0', 1420);
+      const bind = network.bind(host);
+      const device = new Device({ tun, bind, crypto, pool: gated });
+      device.core.setPrivateKey(generatePrivateKey(crypto));
+      await device.open(0);
+      return { tun, bind, device, inner };
+    };
+    const a = await make('192.0.2.1', '10.0.0.1');
+    const b = await make('192.0.2.2', '10.0.0.2');
+    try {
+      a.device.core.addPeer(b.device.core.ourPublicKey!, { endpoint: new Endpoint('192.0.2.2', b.bind.port), allowedIps: ['10.0.0.2/32'] });
+      b.device.core.addPeer(a.device.core.ourPublicKey!, { endpoint: new Endpoint('192.0.2.1', a.bind.port), allowedIps: ['10.0.0.1/32'] });
+      let running = false;
+      const both = Promise.all([a.device.running(), b.device.running()]).then(() => { running = true; });
+      // A burst (through the pool) and a lone ping, before any thread is reported running.
+      for (let seq = 0; seq < 40; seq++) a.tun.inject(buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 9, seq, payload: new Uint8Array(1000) }));
+      await until(() => b.tun.written.length === 40);
+      assert.deepEqual(b.tun.written.map((p) => parseEcho(p)?.seq), Array.from({ length: 40 }, (_, i) => i), 'all of them, in order');
+      assert.equal(running, false, 'running() still waits for the threads');
+      settle.resolve();
+      await both;
+      assert.equal(running, true);
+    } finally {
+      await a.device.close();
+      await b.device.close();
+    }
+  });
+
+  test('running() rejects when a thread cannot start', async () => {
+    const { gated, settle } = gatedPool();
+    const device = new Device({ tun: new MemoryTun('rgmem0', 1420), bind: new MemoryNetwork().bind('192.0.2.1'), crypto, pool: gated });
+    try {
+      await device.open(0);
+      settle.reject(new Error('a crypto worker could not load its crypto providers'));
+      await assert.rejects(device.running(), /could not load its crypto providers/);
+    } finally {
+      await device.close();
+    }
+  });
 });
