@@ -870,12 +870,16 @@ export class FfiUdpBind implements Bind, Liveness {
    */
   async ready(): Promise<void> {
     for (;;) {
+      // A new listen port being applied (close, then open) settles first: the daemon asks for
+      // readiness while its control socket already takes requests (dataplane/device/daemon.ts).
+      await this.lifecycle;
       const session = this.session;
       if (!session) throw new Error('the bind is not open');
       const header = session.views.header;
       const state = Atomics.load(header, STATE);
       if (state === STATE_RUNNING) return;
-      if (state !== STATE_BOOTING || session.closed) throw new Error('the UDP reader thread is not running');
+      if (session.closed) continue; // replaced by a new listen port meanwhile: wait for that one
+      if (state !== STATE_BOOTING) throw new Error('the UDP reader thread is not running');
       if ((await awaitBooted(header, START_TIMEOUT_MS)) === 'timed-out') {
         throw new Error(`UDP reader thread did not start within ${START_TIMEOUT_MS} ms`);
       }

@@ -81,6 +81,8 @@ export class Device {
     },
   };
   private closed = false;
+  /** Every thread running (open() starts waiting for it): running(). */
+  private threadsRunning: Promise<void> | undefined;
   readonly pool: CryptoPool | undefined;
   private readonly givenPool: CryptoPool | undefined;
   private readonly outbound: OutboundPipeline | undefined;
@@ -177,15 +179,18 @@ export class Device {
       ? (packets, count) => outbound.handle(packets, count)
       : (packets, count) => { for (let i = 0; i < count; i++) this.core.sendPacket(packets[i]); });
     this.ticker = setInterval(() => this.core.tick(), TICK_INTERVAL_MS);
+    this.threadsRunning = Promise.all([this.pool?.ready, this.bind.ready?.(), this.tun.ready?.()]).then(() => {
+      this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, crypto threads ${this.pool?.threads ?? 0}`);
+    });
+    this.threadsRunning.catch(() => {}); // reported to whoever awaits running()
   }
 
   /**
    * Resolves once every thread runs; they boot at the same time, so this costs the slowest of
    * them, not their sum. Rejects when one cannot start.
    */
-  async running(): Promise<void> {
-    await Promise.all([this.pool?.ready, this.bind.ready?.(), this.tun.ready?.()]);
-    this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, crypto threads ${this.pool?.threads ?? 0}`);
+  running(): Promise<void> {
+    return this.threadsRunning ?? Promise.reject(new Error('the device is not open'));
   }
 
   get listenPort(): number {
@@ -260,6 +265,9 @@ export class Device {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    // Threads still booting finish first: a worker torn down while it loads a native addon
+    // (koffi) aborts the whole process. The daemon may be told to stop right after it answered.
+    await this.threadsRunning?.catch(() => {});
     if (this.ticker) clearInterval(this.ticker);
     for (const peer of [...this.core.peers]) this.core.removePeer(peer.publicKey);
     this.tun.close();

@@ -524,6 +524,25 @@ describe('FfiUdpBind', () => {
     await until(() => threadCount() <= threads0, 'their OS threads to go', 10_000);
   });
 
+  test('ready() asked while a new port is applied waits for the new reader, and it receives', async () => {
+    // The daemon answers its control socket before its threads have booted, so `wg set
+    // listen-port` can arrive while ready() is still pending (dataplane/device/daemon.ts).
+    const bind = new FfiUdpBind();
+    opened.push(bind);
+    await bind.open(0);
+    await bind.ready();
+    const moved = bind.open(0); // a new listen port: close (waiting for the old reader to end), then open
+    for (let i = 0; i < 5; i++) await new Promise<void>((resolve) => queueMicrotask(resolve));
+    const early = bind.ready(); // asked in the middle of the reopen, with no reader open
+    const port = await moved;
+    await early;
+    const got: Received[] = [];
+    bind.onReceive((data, source) => got.push({ data: data.slice(), source }));
+    const other = await ffiBind();
+    other.bind.send(new Endpoint('127.0.0.1', port), bytes(9));
+    await until(() => got.length === 1, 'a datagram on the new port');
+  });
+
   test('shared memory addresses stay put across garbage collections', async () => {
     const libc = await loadLibc();
     const view = new Uint8Array(new SharedArrayBuffer(1 << 16), 4096, 100);
