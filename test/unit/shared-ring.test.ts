@@ -17,13 +17,15 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   CONSUMER_WAITING, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED, STATE_STOP_REQUESTED, WRITE_SEQ, awaitStopped, beginRunning,
-  finishWorker, publish, release, requestStop, ringFull, seqAdd, seqDistance, FAILED, LAST_ERRNO,
+  finishWorker, publish, release, requestStop, ringFull, seqAdd, seqDistance, FAILED, LAST_ERRNO, RING_HEADER_INTS,
 } from '../../dataplane/ring/shared-ring.ts';
-import { awaitChange, settleWaits } from '../../dataplane/ring/ring-wait.ts';
+import { awaitBooted, awaitChange, settleWaits } from '../../dataplane/ring/ring-wait.ts';
 import { startWorker } from '../../dataplane/sys/threads.ts';
 import { OUT_OF_ORDER, TEST_HEADER_INTS, type RingWorkerConfig } from './shared-ring-worker.ts';
 
 const STALL_BOUND_MS = 3000;
+/** How long a ring thread may take to begin its loop (a boot, not a hand-off). */
+const BOOT_BOUND_MS = 60_000;
 /** Wake-ups the runtime may drop in one run (Bun 1.4.5 dropped at most one per 10^6 tasks). */
 const RUNTIME_DROPS_ALLOWED = 2;
 const SLOTS = 16;
@@ -50,10 +52,21 @@ function newRing(start: number): { buffer: SharedArrayBuffer; header: Int32Array
   return { buffer, header, payload: new Int32Array(buffer, TEST_HEADER_INTS * 4, SLOTS) };
 }
 
-function ringWorker(role: RingWorkerConfig['role'], buffer: SharedArrayBuffer) {
+/**
+ * Starts the other end of the ring in a thread and resolves once its loop runs: the stall bounds
+ * below measure the hand-off, not the thread's boot (which, with the sources transpiled on load,
+ * takes seconds on a machine that also runs the other runtime's tests).
+ */
+async function ringWorker(role: RingWorkerConfig['role'], buffer: SharedArrayBuffer) {
   const config: RingWorkerConfig = { role, buffer, slots: SLOTS, items: ITEMS };
   const worker = startWorker(new URL('./shared-ring-worker.ts', import.meta.url), { ...config });
   const exited = new Promise<number>((resolve) => worker.once('exit', resolve));
+  const header = new Int32Array(buffer, 0, RING_HEADER_INTS);
+  const deadline = performance.now() + BOOT_BOUND_MS;
+  while (Atomics.load(header, STATE) === STATE_BOOTING) {
+    assert.ok(performance.now() < deadline, `the ${role} thread did not begin within ${BOOT_BOUND_MS} ms`);
+    await awaitBooted(header, 100);
+  }
   return { worker, exited };
 }
 
@@ -144,7 +157,7 @@ describe('the worker life cycle', () => {
 describe('real threads, across the wrap-around', () => {
   test(`a producer thread pushes ${ITEMS} items to the main thread, in order, none lost`, async () => {
     const { buffer, header, payload } = newRing(NEAR_WRAP);
-    const { exited } = ringWorker('producer', buffer);
+    const { exited } = await ringWorker('producer', buffer);
     let read = NEAR_WRAP;
     let taken = 0;
     let outOfOrder = 0;
@@ -186,7 +199,7 @@ describe('real threads, across the wrap-around', () => {
 
   test(`the main thread pushes ${ITEMS} items to a consumer thread that blocks, in order, none lost`, async () => {
     const { buffer, header, payload } = newRing(NEAR_WRAP);
-    const { exited } = ringWorker('consumer', buffer);
+    const { exited } = await ringWorker('consumer', buffer);
     let write = NEAR_WRAP;
     let stalled = false;
     let lastProgress = performance.now();
