@@ -28,9 +28,10 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY package.json package-lock.json ./
-# npm ci runs the `prepare` script (scripts/compile.mjs), which finds no sources yet and says so;
+# npm ci runs the `prepare` script (scripts/compile.mjs, scripts/build-native.mjs), which finds no
+# sources yet and says so;
 # build-image-tree.sh compiles the image's sources below.
-COPY scripts/compile.mjs scripts/source-closure.mjs scripts/
+COPY scripts/compile.mjs scripts/source-closure.mjs scripts/build-native.mjs scripts/
 COPY bin/compiled.mjs bin/
 RUN npm ci --no-audit --no-fund
 # The whole checkout (.dockerignore leaves out node_modules, .git and results): the script picks

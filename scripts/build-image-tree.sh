@@ -83,6 +83,15 @@ fi
 # that tsx brings, a production dependency): no start transpiles, and the read-only root file
 # system needs no transpile cache.
 node "$root/scripts/compile.mjs" "$app" >/dev/null
+# The native helpers (scripts/build-native.mjs: the OpenSSL AEAD of the openssl-ffi crypto
+# provider), built in the tree from their C sources when a compiler is at hand; without one the
+# data plane uses the next provider (libsodium-ffi).
+for src in dataplane/crypto/native/openssl-aead.c; do
+  [[ -f $root/$src ]] || continue
+  mkdir -p "$app/$(dirname "$src")"
+  cp -a "$root/$src" "$app/$src"
+done
+node "$root/scripts/build-native.mjs" "$app" >/dev/null
 
 for p in "${plugins[@]}"; do install -m 0755 "$cni_dir/$p" "$app/cni/bin/$p"; done
 ln -s /opt/roamguard/bin/roamguard "$dest/usr/local/bin/roamguard"

@@ -4,7 +4,8 @@
 set -euo pipefail
 
 # command-or-path(glob)  package
-# (gcc and libc6-dev: the handshake flood test compiles its flooder, test/system/flooder.c;
+# (gcc and libc6-dev: the handshake flood test compiles its flooder, test/system/flooder.c, and
+#  scripts/build-native.mjs the OpenSSL AEAD helper, which links libcrypto.so.3 (libssl3);
 #  kubectl: the lab API server's kubectl tests, any kubectl will do, Debian's is kubernetes-client;
 #  chromium: the demo page's test drives it headless)
 needs=(
@@ -18,6 +19,7 @@ needs=(
   "/usr/lib/cni/ptp containernetworking-plugins"
   "conntrack      conntrack"
   "/usr/lib/*/libsodium.so.23 libsodium23"
+  "/usr/lib/*/libcrypto.so.3 libssl3"
   "gcc            gcc"
   "/usr/include/*/sys/socket.h libc6-dev"
   "kubectl        kubernetes-client"

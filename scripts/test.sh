@@ -11,6 +11,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-system-deps.sh || exit 1
+# The native helpers need the C compiler that the line above may just have installed.
+node scripts/build-native.mjs --require || exit 1
 
 echo "== typecheck"
 npx tsc --noEmit -p . || exit 1

@@ -13,6 +13,7 @@ import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, existsSync } from 'node:fs';
 import { loadProviders, selectCrypto, PROVIDER_NAMES } from '../../dataplane/crypto/select.ts';
+import { OPENSSL_AEAD_LIBRARY } from '../../dataplane/crypto/openssl-ffi.ts';
 import { loadDataplaneSettings } from '../../dataplane/settings.ts';
 import { writeCounterNonce, type CryptoProvider, type Hashes } from '../../dataplane/crypto/primitives.ts';
 
@@ -179,6 +180,13 @@ describe('provider discovery', () => {
   test('libsodium-ffi is found (the Debian library libsodium23 is installed by the test command)', () => {
     assert.ok(existsSync('/usr/lib/x86_64-linux-gnu/libsodium.so.23'), 'libsodium23 is not installed: run scripts/install-system-deps.sh');
     assert.ok(providers.some((p) => p.provider.name === 'libsodium-ffi'));
+  });
+  // The test command builds the OpenSSL helper (scripts/build-native.mjs --require), so here too
+  // its absence is a failure; the daemon elsewhere falls back to libsodium-ffi without it.
+  test('openssl-ffi is found (the test command builds dataplane/crypto/native/openssl-aead.so), and the AEAD selection picks it', async () => {
+    assert.ok(existsSync(OPENSSL_AEAD_LIBRARY), `${OPENSSL_AEAD_LIBRARY} is not built: run node scripts/build-native.mjs`);
+    assert.ok(providers.some((p) => p.provider.name === 'openssl-ffi'));
+    assert.equal((await selectCrypto()).providers.aead, 'openssl-ffi');
   });
 });
 
@@ -518,6 +526,6 @@ describe('selectCrypto', () => {
     assert.equal(c.providers.aead, 'portable');
     await assert.rejects(() => selectCrypto({ only: 'no-such-provider' }), /unknown crypto provider/);
     await assert.rejects(() => selectCrypto({ prefer: ['nope'] }), /unknown crypto provider/);
-    assert.throws(() => forcedBy('nope'), /^SettingError: ROAMGUARD_CRYPTO="nope" is not valid: expected one of auto, libsodium-ffi, /);
+    assert.throws(() => forcedBy('nope'), /^SettingError: ROAMGUARD_CRYPTO="nope" is not valid: expected one of auto, openssl-ffi, libsodium-ffi, /);
   });
 });

@@ -54,7 +54,7 @@ describe('data plane settings', () => {
   const bad: Array<[string, string, RegExp]> = [
     ['ROAMGUARD_UDP_OFFLOAD', 'maybe', /true\/false/],
     ['ROAMGUARD_TUN_OFFLOAD', '2', /true\/false/],
-    ['ROAMGUARD_CRYPTO', 'openssl', /expected one of auto, libsodium-ffi, node:crypto, sodium-wasm, portable$/],
+    ['ROAMGUARD_CRYPTO', 'openssl', /expected one of auto, openssl-ffi, libsodium-ffi, node:crypto, sodium-wasm, portable$/],
     ['ROAMGUARD_LIBSODIUM', 'lib\0sodium', /a file path or library name/],
     ['ROAMGUARD_TEST_TIMINGS', '{"rekeyAfterTime":-1}', /a JSON object of positive millisecond values/],
   ];

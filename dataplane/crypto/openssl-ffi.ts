@@ -1,0 +1,125 @@
+/**
+ * Provider "openssl-ffi": ChaCha20-Poly1305 from the system OpenSSL 3 (libcrypto.so.3), through
+ * a small C function built at install time (native/openssl-aead.c, scripts/build-native.mjs) and
+ * called through a foreign function interface: koffi on Node, bun:ffi on Bun. AEAD only.
+ *
+ * Why: on the project's machine OpenSSL seals a 1420-byte packet in about half the time the
+ * system libsodium takes (measured in C: 1.02 against 1.94 µs), and the AEAD is most of what the
+ * crypto workers spend (docs/performance.md). The C function makes OpenSSL's four calls per
+ * operation in one FFI call; made one by one from JavaScript they cost the gain back.
+ *
+ * Loading never throws: when the library was not built (no C compiler at install), or OpenSSL or
+ * the FFI module is missing, the loader returns a reason and no provider, and select.ts moves on
+ * to libsodium-ffi.
+ */
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { AEAD_NONCE_SIZE, KEY_SIZE, TAG_SIZE, type Aead, type CryptoProvider } from './primitives.ts';
+
+/** The built library, beside its source (scripts/build-native.mjs writes it there). */
+export const OPENSSL_AEAD_LIBRARY = fileURLToPath(new URL('./native/openssl-aead.so', import.meta.url));
+
+/**
+ * The C functions (native/openssl-aead.c), argument order as in C: key, nonce, in, length, ad,
+ * ad length, out. Pointers are typed arrays (passed without copying, byteOffset honoured) or null.
+ */
+interface Symbols {
+  /** out = ciphertext ‖ tag; 0, or -1 when OpenSSL failed. */
+  rg_chacha20poly1305_seal(key: Uint8Array, nonce: Uint8Array, input: Uint8Array, length: number, ad: Uint8Array | null, adLength: number, out: Uint8Array): number;
+  /** input = ciphertext ‖ tag, `length` without the tag; 0 when the tag verifies, else -1 and out zeroed. */
+  rg_chacha20poly1305_open(key: Uint8Array, nonce: Uint8Array, input: Uint8Array, length: number, ad: Uint8Array | null, adLength: number, out: Uint8Array): number;
+}
+
+const KOFFI_PROTOTYPES = [
+  'int rg_chacha20poly1305_seal(const uint8_t *key, const uint8_t *nonce, const uint8_t *input, unsigned int length, const uint8_t *ad, unsigned int ad_length, uint8_t *out)',
+  'int rg_chacha20poly1305_open(const uint8_t *key, const uint8_t *nonce, const uint8_t *input, unsigned int length, const uint8_t *ad, unsigned int ad_length, uint8_t *out)',
+];
+
+async function bindWithKoffi(path: string): Promise<Symbols> {
+  const koffi = (await import('koffi')).default;
+  const lib = koffi.load(path);
+  const symbols: Record<string, unknown> = {};
+  for (const proto of KOFFI_PROTOTYPES) {
+    const fn = lib.func(proto);
+    symbols[fn.info.name] = fn;
+  }
+  return symbols as unknown as Symbols;
+}
+
+/** The slice of bun:ffi we use (the project type-checks against Node's types only). */
+interface BunFfi {
+  dlopen(path: string, symbols: Record<string, { args: string[]; returns: string }>): { symbols: Record<string, unknown> };
+}
+
+async function bindWithBunFfi(path: string): Promise<Symbols> {
+  const specifier = 'bun:ffi'; // computed: keeps TypeScript and bundlers from resolving it under Node
+  const ffi = (await import(specifier)) as BunFfi;
+  const args = ['ptr', 'ptr', 'ptr', 'u32', 'ptr', 'u32', 'ptr'];
+  return ffi.dlopen(path, {
+    rg_chacha20poly1305_seal: { args, returns: 'i32' },
+    rg_chacha20poly1305_open: { args, returns: 'i32' },
+  }).symbols as unknown as Symbols;
+}
+
+function requireLength(what: string, value: Uint8Array, expected: number): void {
+  if (!(value instanceof Uint8Array)) throw new TypeError(`openssl-ffi: ${what} must be a Uint8Array`);
+  if (value.length !== expected) throw new RangeError(`openssl-ffi: ${what} must be ${expected} bytes, got ${value.length}`);
+}
+
+function makeAead(s: Symbols): Aead {
+  const seal = s.rg_chacha20poly1305_seal;
+  const open = s.rg_chacha20poly1305_open;
+  return {
+    seal(key, nonce, plaintext, ad, out) {
+      requireLength('ChaCha20-Poly1305 key', key, KEY_SIZE);
+      requireLength('ChaCha20-Poly1305 nonce', nonce, AEAD_NONCE_SIZE);
+      const n = plaintext.length;
+      const total = n + TAG_SIZE;
+      let dst: Uint8Array;
+      if (out === undefined) dst = new Uint8Array(total);
+      else if (out.length < total) throw new RangeError(`openssl-ffi: seal output buffer needs ${total} bytes, got ${out.length}`);
+      else dst = out;
+      if (seal(key, nonce, plaintext, n, ad ?? null, ad === undefined ? 0 : ad.length, dst) !== 0) throw new Error('openssl-ffi: seal failed in OpenSSL');
+      return dst.length === total ? dst : dst.subarray(0, total);
+    },
+    open(key, nonce, sealed, ad, out) {
+      requireLength('ChaCha20-Poly1305 key', key, KEY_SIZE);
+      requireLength('ChaCha20-Poly1305 nonce', nonce, AEAD_NONCE_SIZE);
+      if (sealed.length < TAG_SIZE) return null;
+      const n = sealed.length - TAG_SIZE;
+      let dst: Uint8Array;
+      if (out === undefined) dst = new Uint8Array(n);
+      else if (out.length < n) throw new RangeError(`openssl-ffi: open output buffer needs ${n} bytes, got ${out.length}`);
+      else dst = out;
+      if (open(key, nonce, sealed, n, ad ?? null, ad === undefined ? 0 : ad.length, dst) !== 0) return null;
+      return dst.length === n ? dst : dst.subarray(0, n);
+    },
+  };
+}
+
+export interface OpensslFfiLoad {
+  /** Absent when the library was not built or cannot be loaded. */
+  provider?: CryptoProvider;
+  /** Why the provider is absent. */
+  reason?: string;
+}
+
+function isBun(): boolean {
+  return typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined' || typeof process.versions.bun === 'string';
+}
+
+let loaded: Promise<OpensslFfiLoad> | undefined;
+
+/** Loads the library once per process (or thread); never rejects. */
+export function loadOpensslFfi(): Promise<OpensslFfiLoad> {
+  loaded ??= (async (): Promise<OpensslFfiLoad> => {
+    if (!existsSync(OPENSSL_AEAD_LIBRARY)) return { reason: `${OPENSSL_AEAD_LIBRARY} was not built (it needs a C compiler and libcrypto.so.3 at install: node scripts/build-native.mjs)` };
+    try {
+      const symbols = isBun() ? await bindWithBunFfi(OPENSSL_AEAD_LIBRARY) : await bindWithKoffi(OPENSSL_AEAD_LIBRARY);
+      return { provider: { name: 'openssl-ffi', aead: makeAead(symbols) } };
+    } catch (err) {
+      return { reason: err instanceof Error ? err.message : String(err) };
+    }
+  })();
+  return loaded;
+}
