@@ -14,7 +14,8 @@
  */
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { AEAD_NONCE_SIZE, KEY_SIZE, TAG_SIZE, type Aead, type CryptoProvider } from './primitives.ts';
+import { TAG_SIZE, type Aead, type CryptoProvider } from './primitives.ts';
+import { aeadOverFfi } from './ffi-aead.ts';
 
 /** The built library, beside its source (scripts/build-native.mjs writes it there). */
 export const OPENSSL_AEAD_LIBRARY = fileURLToPath(new URL('./native/openssl-aead.so', import.meta.url));
@@ -61,40 +62,14 @@ async function bindWithBunFfi(path: string): Promise<Symbols> {
   }).symbols as unknown as Symbols;
 }
 
-function requireLength(what: string, value: Uint8Array, expected: number): void {
-  if (!(value instanceof Uint8Array)) throw new TypeError(`openssl-ffi: ${what} must be a Uint8Array`);
-  if (value.length !== expected) throw new RangeError(`openssl-ffi: ${what} must be ${expected} bytes, got ${value.length}`);
-}
-
+/** One FFI call per seal or open (native/openssl-aead.c); the C side zeroes a failed open's output. */
 function makeAead(s: Symbols): Aead {
   const seal = s.rg_chacha20poly1305_seal;
   const open = s.rg_chacha20poly1305_open;
-  return {
-    seal(key, nonce, plaintext, ad, out) {
-      requireLength('ChaCha20-Poly1305 key', key, KEY_SIZE);
-      requireLength('ChaCha20-Poly1305 nonce', nonce, AEAD_NONCE_SIZE);
-      const n = plaintext.length;
-      const total = n + TAG_SIZE;
-      let dst: Uint8Array;
-      if (out === undefined) dst = new Uint8Array(total);
-      else if (out.length < total) throw new RangeError(`openssl-ffi: seal output buffer needs ${total} bytes, got ${out.length}`);
-      else dst = out;
-      if (seal(key, nonce, plaintext, n, ad ?? null, ad === undefined ? 0 : ad.length, dst) !== 0) throw new Error('openssl-ffi: seal failed in OpenSSL');
-      return dst.length === total ? dst : dst.subarray(0, total);
-    },
-    open(key, nonce, sealed, ad, out) {
-      requireLength('ChaCha20-Poly1305 key', key, KEY_SIZE);
-      requireLength('ChaCha20-Poly1305 nonce', nonce, AEAD_NONCE_SIZE);
-      if (sealed.length < TAG_SIZE) return null;
-      const n = sealed.length - TAG_SIZE;
-      let dst: Uint8Array;
-      if (out === undefined) dst = new Uint8Array(n);
-      else if (out.length < n) throw new RangeError(`openssl-ffi: open output buffer needs ${n} bytes, got ${out.length}`);
-      else dst = out;
-      if (open(key, nonce, sealed, n, ad ?? null, ad === undefined ? 0 : ad.length, dst) !== 0) return null;
-      return dst.length === n ? dst : dst.subarray(0, n);
-    },
-  };
+  return aeadOverFfi('openssl-ffi', {
+    seal: (key, nonce, plaintext, ad, out) => seal(key, nonce, plaintext, plaintext.length, ad, ad === null ? 0 : ad.length, out) === 0,
+    open: (key, nonce, sealed, ad, out) => open(key, nonce, sealed, sealed.length - TAG_SIZE, ad, ad === null ? 0 : ad.length, out) === 0,
+  });
 }
 
 export interface OpensslFfiLoad {

@@ -18,6 +18,7 @@ import {
   AEAD_NONCE_SIZE, KEY_SIZE, TAG_SIZE, XAEAD_NONCE_SIZE,
   type Aead, type CryptoProvider, type Dh, type Random, type XAead,
 } from './primitives.ts';
+import { aeadOverFfi, requireLength as requireLengthOf } from './ffi-aead.ts';
 
 /**
  * The libsodium entry points we use, with their C argument order. Both FFI backends expose exactly
@@ -133,12 +134,7 @@ async function bindWithBunFfi(explicit: string | undefined): Promise<SodiumSymbo
 
 // --- the provider -------------------------------------------------------------------------------
 
-function requireLength(what: string, value: Uint8Array, expected: number): void {
-  if (!(value instanceof Uint8Array)) throw new TypeError(`libsodium-ffi: ${what} must be a Uint8Array`);
-  if (value.length !== expected) {
-    throw new RangeError(`libsodium-ffi: ${what} must be ${expected} bytes, got ${value.length}`);
-  }
-}
+const requireLength = (what: string, value: Uint8Array, expected: number): void => requireLengthOf('libsodium-ffi', what, value, expected);
 
 /**
  * Uses the *combined* IETF calls rather than the detached ones: their output layout (ciphertext
@@ -150,34 +146,10 @@ function requireLength(what: string, value: Uint8Array, expected: number): void 
 function makeAead(s: SodiumSymbols): Aead {
   const encrypt = s.crypto_aead_chacha20poly1305_ietf_encrypt;
   const decrypt = s.crypto_aead_chacha20poly1305_ietf_decrypt;
-  return {
-    seal(key, nonce, plaintext, ad, out) {
-      requireLength('ChaCha20-Poly1305 key', key, KEY_SIZE);
-      requireLength('ChaCha20-Poly1305 nonce', nonce, AEAD_NONCE_SIZE);
-      const n = plaintext.length;
-      const total = n + TAG_SIZE;
-      let dst: Uint8Array;
-      if (out === undefined) dst = new Uint8Array(total);
-      else if (out.length < total) throw new RangeError(`libsodium-ffi: seal output buffer needs ${total} bytes, got ${out.length}`);
-      else dst = out;
-      const rc = encrypt(dst, null, plaintext, n, ad ?? null, ad === undefined ? 0 : ad.length, null, nonce, key);
-      if (rc !== 0) throw new Error(`libsodium-ffi: crypto_aead_chacha20poly1305_ietf_encrypt failed (${rc})`);
-      return dst.length === total ? dst : dst.subarray(0, total);
-    },
-    open(key, nonce, sealed, ad, out) {
-      requireLength('ChaCha20-Poly1305 key', key, KEY_SIZE);
-      requireLength('ChaCha20-Poly1305 nonce', nonce, AEAD_NONCE_SIZE);
-      const total = sealed.length;
-      if (total < TAG_SIZE) return null;
-      const n = total - TAG_SIZE;
-      let dst: Uint8Array;
-      if (out === undefined) dst = new Uint8Array(n);
-      else if (out.length < n) throw new RangeError(`libsodium-ffi: open output buffer needs ${n} bytes, got ${out.length}`);
-      else dst = out;
-      if (decrypt(dst, null, null, sealed, total, ad ?? null, ad === undefined ? 0 : ad.length, nonce, key) !== 0) return null;
-      return dst.length === n ? dst : dst.subarray(0, n);
-    },
-  };
+  return aeadOverFfi('libsodium-ffi', {
+    seal: (key, nonce, plaintext, ad, out) => encrypt(out, null, plaintext, plaintext.length, ad, ad === null ? 0 : ad.length, null, nonce, key) === 0,
+    open: (key, nonce, sealed, ad, out) => decrypt(out, null, null, sealed, sealed.length, ad, ad === null ? 0 : ad.length, nonce, key) === 0,
+  });
 }
 
 function makeXAead(s: SodiumSymbols): XAead {
