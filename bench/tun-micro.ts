@@ -35,6 +35,7 @@ import {
   IFF_NO_PI, IFF_TUN, IFREQ_SIZE, O_CLOEXEC, O_NONBLOCK, O_RDWR, TUNSETIFF, cString, loadLibc, type Libc,
 } from '../dataplane/sys/libc.ts';
 import { buildEchoRequest } from '../test/system/packets.ts';
+import { isBun } from '../dataplane/sys/threads.ts';
 
 type Impl = 'worker' | 'threadpool';
 interface CpuCost {
@@ -48,7 +49,6 @@ interface WriteResult extends CpuCost { impl: 'ffi-write'; mode: 'write'; packet
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
-const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 function arg(name: string, fallback: string): string {

@@ -31,6 +31,7 @@ import type { Bind } from '../dataplane/bind/bind.ts';
 import { FfiUdpBind } from '../dataplane/bind/ffi-udp-bind.ts';
 import { Endpoint } from '../dataplane/net/endpoint.ts';
 import { AF_INET, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, loadLibc } from '../dataplane/sys/libc.ts';
+import { isBun } from '../dataplane/sys/threads.ts';
 
 const DATAGRAM_BYTES = 1452;
 const BATCH = 128;
@@ -41,7 +42,6 @@ type Case = (typeof CASES)[number];
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
 const self = fileURLToPath(import.meta.url);
-const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
 

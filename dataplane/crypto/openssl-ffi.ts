@@ -15,6 +15,8 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { TAG_SIZE, type Aead, type CryptoProvider } from './primitives.ts';
+import type { BunFfi } from '../sys/libc.ts';
+import { isBun } from '../sys/threads.ts';
 import { aeadOverFfi } from './ffi-aead.ts';
 
 /** The built library, beside its source (scripts/build-native.mjs writes it there). */
@@ -47,10 +49,6 @@ async function bindWithKoffi(path: string): Promise<Symbols> {
   return symbols as unknown as Symbols;
 }
 
-/** The slice of bun:ffi we use (the project type-checks against Node's types only). */
-interface BunFfi {
-  dlopen(path: string, symbols: Record<string, { args: string[]; returns: string }>): { symbols: Record<string, unknown> };
-}
 
 async function bindWithBunFfi(path: string): Promise<Symbols> {
   const specifier = 'bun:ffi'; // computed: keeps TypeScript and bundlers from resolving it under Node
@@ -79,10 +77,6 @@ export interface OpensslFfiLoad {
   reason?: string;
 }
 
-function isBun(): boolean {
-  return typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined' || typeof process.versions.bun === 'string';
-}
-
 let loaded: Promise<OpensslFfiLoad> | undefined;
 
 /** Loads the library once per process (or thread); never rejects. */
@@ -90,7 +84,7 @@ export function loadOpensslFfi(): Promise<OpensslFfiLoad> {
   loaded ??= (async (): Promise<OpensslFfiLoad> => {
     if (!existsSync(OPENSSL_AEAD_LIBRARY)) return { reason: `${OPENSSL_AEAD_LIBRARY} was not built (it needs a C compiler and libcrypto.so.3 at install: node scripts/build-native.mjs)` };
     try {
-      const symbols = isBun() ? await bindWithBunFfi(OPENSSL_AEAD_LIBRARY) : await bindWithKoffi(OPENSSL_AEAD_LIBRARY);
+      const symbols = isBun ? await bindWithBunFfi(OPENSSL_AEAD_LIBRARY) : await bindWithKoffi(OPENSSL_AEAD_LIBRARY);
       return { provider: { name: 'openssl-ffi', aead: makeAead(symbols) } };
     } catch (err) {
       return { reason: err instanceof Error ? err.message : String(err) };

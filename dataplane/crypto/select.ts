@@ -11,6 +11,7 @@
  */
 
 import type { Aead, Crypto, CryptoProvider, Dh, Hashes, PrimitiveName, Random, XAead } from './primitives.ts';
+import { isBun } from '../sys/threads.ts';
 
 // --- provider loading ---------------------------------------------------------------------------
 
@@ -109,12 +110,11 @@ export async function loadProviders(): Promise<{ provider: CryptoProvider; error
  *   node:crypto's group borrows portable's mac.
  * - random: the runtime's CSPRNG first (no FFI hop), libsodium's equally good randombytes_buf next.
  */
-const ON_BUN = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined' || typeof process.versions.bun === 'string';
 
 const DEFAULT_ORDER: Record<PrimitiveName, readonly ProviderName[]> = {
   aead: ['openssl-ffi', 'libsodium-ffi', 'sodium-wasm', 'node:crypto', 'portable'],
   xaead: ['libsodium-ffi', 'sodium-wasm', 'portable'],
-  dh: ON_BUN
+  dh: isBun
     ? ['libsodium-ffi', 'node:crypto', 'sodium-wasm', 'portable']
     : ['libsodium-ffi', 'sodium-wasm', 'node:crypto', 'portable'],
   hashes: ['node:crypto', 'portable'],

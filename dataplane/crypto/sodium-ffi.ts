@@ -18,6 +18,8 @@ import {
   AEAD_NONCE_SIZE, KEY_SIZE, TAG_SIZE, XAEAD_NONCE_SIZE,
   type Aead, type CryptoProvider, type Dh, type Random, type XAead,
 } from './primitives.ts';
+import type { BunFfi } from '../sys/libc.ts';
+import { isBun } from '../sys/threads.ts';
 import { aeadOverFfi, requireLength as requireLengthOf } from './ffi-aead.ts';
 
 /**
@@ -100,10 +102,6 @@ async function bindWithKoffi(explicit: string | undefined): Promise<SodiumSymbol
 
 // --- bun:ffi (Bun) ------------------------------------------------------------------------------
 
-/** The slice of bun:ffi we use (the project type-checks against Node's types only). */
-interface BunFfi {
-  dlopen(path: string, symbols: Record<string, { args: string[]; returns: string }>): { symbols: Record<string, unknown> };
-}
 
 async function bindWithBunFfi(explicit: string | undefined): Promise<SodiumSymbols> {
   // A computed specifier keeps TypeScript (and any bundler) from resolving bun:ffi under Node.
@@ -210,10 +208,6 @@ export interface SodiumFfiLoad {
   reason?: string;
 }
 
-function isBun(): boolean {
-  return typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined' || typeof process.versions.bun === 'string';
-}
-
 let loaded: Promise<SodiumFfiLoad> | undefined;
 
 /**
@@ -223,7 +217,7 @@ let loaded: Promise<SodiumFfiLoad> | undefined;
 export function loadSodiumFfi(explicit?: string): Promise<SodiumFfiLoad> {
   loaded ??= (async (): Promise<SodiumFfiLoad> => {
     try {
-      const symbols = isBun() ? await bindWithBunFfi(explicit) : await bindWithKoffi(explicit);
+      const symbols = isBun ? await bindWithBunFfi(explicit) : await bindWithKoffi(explicit);
       // sodium_init: 0 = initialised now, 1 = already initialised, -1 = failure.
       const rc = symbols.sodium_init();
       if (rc < 0) return { reason: `sodium_init failed (${rc})` };

@@ -17,6 +17,7 @@
  *
  * The constants below are the Linux values (identical on x86-64 and AArch64).
  */
+import { isBun } from './threads.ts';
 
 // --- Linux constants -----------------------------------------------------------------------------
 
@@ -157,14 +158,15 @@ export interface Libc {
   errno(): number;
 }
 
-/** The slice of bun:ffi used here (the project type-checks against Node's types only). */
-interface BunFfi {
+/**
+ * The slice of bun:ffi the native bindings use (libc here, sodium-ffi and openssl-ffi): the
+ * project type-checks against Node's types only.
+ */
+export interface BunFfi {
   dlopen(path: string, symbols: Record<string, { args: string[]; returns: string }>): { symbols: Record<string, (...args: any[]) => any> };
   read: { i32(pointer: number, offset?: number): number };
   ptr(view: ArrayBufferView, byteOffset?: number): number;
 }
-
-const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
 
 const LIBC_CANDIDATES = ['libc.so.6', '/lib/x86_64-linux-gnu/libc.so.6', '/lib/aarch64-linux-gnu/libc.so.6', '/lib64/libc.so.6'];
 

@@ -17,12 +17,12 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setSocketMark } from '../../dataplane/sys/libc.ts';
 import { run, reapStale, requireRoot, Scope, uniqueName, waitFor, which, type Namespace, type NsProcess } from './netns.ts';
+import { isBun } from '../../dataplane/sys/threads.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const childScript = join(root, 'test', 'system', 'tun-child.ts');
 const bunPath = join(root, 'node_modules', '.bin', 'bun');
 /** Node itself, also when this file runs under `bun test` (process.execPath is bun then). */
-const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
 const nodePath = isBun ? which('node') ?? 'node' : process.execPath;
 
 const INNER = { ipv4: '10.77.0.1/24', peer4: '10.77.0.2', ipv6: 'fd77::1/64', peer6: 'fd77::2' };

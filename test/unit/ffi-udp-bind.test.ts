@@ -20,9 +20,9 @@ import { buildEchoRequest, parseEcho } from '../system/packets.ts';
 import {
   AF_INET, EAGAIN, EINVAL, SOCKADDR_IN_SIZE, SOCK_DGRAM, SOL_SOCKET, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, loadLibc, type Libc,
 } from '../../dataplane/sys/libc.ts';
+import { isBun } from '../../dataplane/sys/threads.ts';
 
 const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
-const isBun = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined';
 
 interface Received {
   data: Uint8Array;
