@@ -30,6 +30,7 @@ import { consumeInitiation, consumeResponse, type NoiseIdentity } from './noise/
 import { RateLimiter } from './noise/ratelimiter.ts';
 import { IndexTable } from './session/index-table.ts';
 import type { Keypair } from './session/keypair.ts';
+import { KeypairTable } from './session/keypair-table.ts';
 import { Peer, type CoreOutputs, type PeerHost, type PeerOptions } from './session/peer.ts';
 import { TRANSPORT_OVERHEAD, ZERO_KEY, openTransport } from './session/transport.ts';
 
@@ -66,6 +67,7 @@ export class WireGuardCore implements PeerHost {
   readonly outputs: CoreOutputs;
   readonly drops = new DropCounters();
   readonly indexTable: IndexTable<Peer>;
+  readonly keypairTable = new KeypairTable();
   readonly allowedIps = new AllowedIps<Peer>();
   readonly rateLimiter = new RateLimiter();
   /**

@@ -17,13 +17,21 @@
  * (counted as 'keypair-retired' inbound, 'sending-keypair-retired' outbound): no datagram is
  * opened or sealed with a wiped key, and no packet of a retired keypair is delivered or sent
  * (the kernel's `is_valid` check).
+ *
+ * The keys and the hold count live in a shared-memory slot (keypair-table.ts), where the same
+ * rule holds for other threads: a Keypair is the main thread's handle on its slot.
  */
 import { ReplayWindow } from './replay.ts';
 import type { SessionKeys } from '../noise/noise-protocol.ts';
+import {
+  FREE, HOLDS_MASK, RETIRED, ZEROED, holdUnlessZeroed, release, slotGeneration, slotKey, slotState,
+  type KeySlot, type KeypairTable,
+} from './keypair-table.ts';
+
+/** What a keypair's key reads as once it is zeroed (a fresh array each time: nobody can fill it). */
+const zeros = () => new Uint8Array(32);
 
 export class Keypair {
-  readonly sendKey: Uint8Array;
-  readonly receiveKey: Uint8Array;
   readonly isInitiator: boolean;
   /** Our index: transport messages to us carry it as the receiver. */
   readonly localIndex: number;
@@ -34,50 +42,75 @@ export class Keypair {
   /** The counter the next packet sent under this keypair gets. */
   sendNonce = 0;
   readonly replay = new ReplayWindow();
-  private isRetired = false;
-  private zeroed = false;
-  /** Queued batches that still use this keypair's keys. */
-  private holds = 0;
+  /** Where the keys and the hold count live (keypair-table.ts). */
+  readonly at: KeySlot;
 
-  constructor(keys: SessionKeys, created: number) {
-    this.sendKey = keys.sendKey;
-    this.receiveKey = keys.receiveKey;
+  /** Copies the session's keys into a slot of `table` and zeroes the session's copies. */
+  constructor(keys: SessionKeys, created: number, private readonly table: KeypairTable) {
+    this.at = table.allocate(keys.sendKey, keys.receiveKey);
+    keys.sendKey.fill(0);
+    keys.receiveKey.fill(0);
     this.isInitiator = keys.isInitiator;
     this.localIndex = keys.localIndex;
     this.remoteIndex = keys.remoteIndex;
     this.created = created;
   }
 
+  /**
+   * The slot's state word while the slot is still this keypair's; FREE once it was zeroed and
+   * reused. (Only the main thread reuses slots, and it is the one calling, so the two loads
+   * cannot straddle a reuse.)
+   */
+  private state(): number {
+    const { chunk, index, generation } = this.at;
+    const state = slotState(chunk, index);
+    return slotGeneration(chunk, index) === generation ? state : FREE;
+  }
+
+  /** The key we seal with: a view into the table, or zeros once the keys are zeroed. */
+  get sendKey(): Uint8Array {
+    return this.key(0);
+  }
+
+  /** The key we open with: a view into the table, or zeros once the keys are zeroed. */
+  get receiveKey(): Uint8Array {
+    return this.key(1);
+  }
+
+  private key(which: 0 | 1): Uint8Array {
+    const view = slotKey(this.at.chunk, this.at.index, which);
+    // Checked after taking the view: a slot reused in between shows another generation.
+    return (this.state() & ZEROED) === 0 ? view : zeros();
+  }
+
   /** True from the moment the peer retires it: nothing may be opened, delivered, sealed or sent under it after that. */
   get retired(): boolean {
-    return this.isRetired;
+    return (this.state() & RETIRED) !== 0;
   }
 
   /** True once the key bytes are zeros (retired, and the last hold released). */
   get keysZeroed(): boolean {
-    return this.zeroed;
+    return (this.state() & ZEROED) !== 0;
   }
 
-  /** Queued work holds the keypair until it is done with its keys: one hold per batch. */
+  /**
+   * Queued work holds the keypair until it is done with its keys: one hold per batch. Unlike a
+   * worker's tryHold this also holds a retired keypair (the work then drops itself when it checks
+   * `retired`), but never one whose keys are already gone.
+   */
   hold(): void {
-    this.holds++;
+    const { chunk, index, generation } = this.at;
+    if (!holdUnlessZeroed(chunk, index, generation)) throw new Error('Keypair.hold() after its keys were zeroed');
   }
 
   release(): void {
-    if (this.holds <= 0) throw new Error('Keypair.release() without a hold');
-    if (--this.holds === 0 && this.isRetired) this.zeroKeys();
+    if ((this.state() & HOLDS_MASK) === 0) throw new Error('Keypair.release() without a hold');
+    release(this.at.chunk, this.at.index);
   }
 
   /** No longer valid (the caller unregisters its index); the keys are zeroed once no hold is left. */
   retire(): void {
-    this.isRetired = true;
-    if (this.holds === 0) this.zeroKeys();
-  }
-
-  private zeroKeys(): void {
-    this.sendKey.fill(0);
-    this.receiveKey.fill(0);
-    this.zeroed = true;
+    this.table.retire(this.at);
   }
 }
 

@@ -20,6 +20,7 @@ import {
 } from '../noise/noise-protocol.ts';
 import type { IndexTable } from './index-table.ts';
 import { Keypair, Keypairs } from './keypair.ts';
+import type { KeypairTable } from './keypair-table.ts';
 import { PeerTimers, type TimerActions } from './timers.ts';
 import { TRANSPORT_OVERHEAD, ZERO_KEY, sealTransportInPlace } from './transport.ts';
 import { TRANSPORT_HEADER_SIZE } from '../noise/messages.ts';
@@ -41,6 +42,8 @@ export interface PeerHost {
   readonly clock: Clock;
   readonly timings: Timings;
   readonly indexTable: IndexTable<Peer>;
+  /** Where every keypair's keys live (shared memory). */
+  readonly keypairTable: KeypairTable;
   readonly outputs: CoreOutputs;
   readonly drops: DropCounters;
   readonly mtu: number;
@@ -337,7 +340,7 @@ export class Peer implements TimerActions {
       this.host.drops.count('handshake-failed');
       return false;
     }
-    const keypair = new Keypair(keys, now);
+    const keypair = new Keypair(keys, now, this.host.keypairTable);
     this.host.indexTable.attachKeypair(keypair.localIndex, keypair);
     for (const dropped of this.keypairs.install(keypair)) this.retireKeypair(dropped);
     this.timers.sessionDerived(now);

@@ -15,6 +15,7 @@ import { SLOT_FAILED, SLOT_ZERO_KEY, openBatch, sealBatch } from '../../dataplan
 import { InlineCryptoPool, WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import { BatchPool, slotSizeForMtu, type PacketBatch } from '../../dataplane/pool/packet-batch.ts';
 import { Keypair } from '../../dataplane/session/keypair.ts';
+import { KeypairTable } from '../../dataplane/session/keypair-table.ts';
 import type { Peer } from '../../dataplane/session/peer.ts';
 import { ZERO_KEY, openTransport, sealTransportInPlace } from '../../dataplane/session/transport.ts';
 import { makeCorePair } from '../helpers/core-pair.ts';
@@ -32,10 +33,12 @@ before(async () => {
 });
 after(async () => { await workers?.close(); });
 
+const keypairTable = new KeypairTable();
+
 function keypair(): Keypair {
   return new Keypair({
     sendKey: crypto.randomBytes(32), receiveKey: crypto.randomBytes(32), isInitiator: true, localIndex: 7, remoteIndex: 9,
-  }, 0);
+  }, 0, keypairTable);
 }
 
 const zeros = (key: Uint8Array) => isZeroKey(key);
