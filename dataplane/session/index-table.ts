@@ -4,6 +4,7 @@
  * Indices are random (not counters) so they reveal nothing about how many sessions exist.
  */
 import type { Keypair } from './keypair.ts';
+import { SharedIndexMap } from './shared-index-map.ts';
 
 export interface IndexEntry<P> {
   readonly peer: P;
@@ -13,6 +14,8 @@ export interface IndexEntry<P> {
 
 export class IndexTable<P> {
   private readonly entries = new Map<number, IndexEntry<P>>();
+  /** The keypair entries, mirrored into shared memory for other threads (shared-index-map.ts). */
+  readonly shared = new SharedIndexMap();
 
   constructor(private readonly randomU32: () => number) {}
 
@@ -30,7 +33,9 @@ export class IndexTable<P> {
   /** The handshake's index now stands for the keypair it produced. */
   attachKeypair(index: number, keypair: Keypair): void {
     const entry = this.entries.get(index);
-    if (entry) entry.keypair = keypair;
+    if (!entry) return;
+    entry.keypair = keypair;
+    this.shared.set(index, keypair.at.slot, keypair.at.generation);
   }
 
   lookup(index: number): IndexEntry<P> | undefined {
@@ -38,6 +43,7 @@ export class IndexTable<P> {
   }
 
   delete(index: number): void {
+    if (this.entries.get(index)?.keypair) this.shared.delete(index);
     this.entries.delete(index);
   }
 
