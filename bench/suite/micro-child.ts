@@ -41,7 +41,7 @@ async function main(): Promise<void> {
     progress(`AEAD ${provider.name}`);
     try {
       for (const f of measureAead(provider, AEAD_SIZES, aeadTiming)) {
-        result.aead.push({ provider: provider.name, size: f.size, sealMBps: megabytesPerSecond(f.sealsPerSecond, f.size), openMBps: megabytesPerSecond(f.opensPerSecond, f.size) });
+        result.aead.push({ provider: provider.name, size: f.size, sealMBps: megabytesPerSecond(f.sealsPerSecond, f.size), openMBps: megabytesPerSecond(f.opensPerSecond, f.size), batchSealMBps: megabytesPerSecond(f.batchSealsPerSecond, f.size) });
       }
     } catch (err) {
       result.aeadErrors[provider.name] = message(err);

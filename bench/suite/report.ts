@@ -133,12 +133,12 @@ export function renderMicroTables(results: BenchResults): string[] {
   if (runtimes.length > 0) {
     const sizes = [...new Set(runtimes.flatMap((r) => r.aead.map((a) => a.size)))].sort((a, b) => a - b);
     const providers = [...new Set(runtimes.flatMap((r) => [...r.aead.map((a) => a.provider), ...Object.keys(r.aeadErrors)]))];
-    lines.push('ChaCha20-Poly1305 seal, MB/s of plaintext (open in the JSON); * = the provider the runtime selects.', '');
+    lines.push('ChaCha20-Poly1305 seal, MB/s of plaintext, one packet per call / 64 packets per call (Aead.sealSlots, as the crypto workers seal a batch); open in the JSON; * = the provider the runtime selects.', '');
     lines.push(...markdownHead(['provider', ...runtimes.flatMap((r) => sizes.map((size) => `${r.runtime} ${size} B`))]));
     for (const provider of providers) {
       const cells = runtimes.flatMap((r) => sizes.map((size) => {
         const f = r.aead.find((a) => a.provider === provider && a.size === size);
-        if (f) return `${num(f.sealMBps, 0)}${r.selected.aead === provider ? '*' : ''}`;
+        if (f) return `${num(f.sealMBps, 0)}${f.batchSealMBps === undefined ? '' : ` / ${num(f.batchSealMBps, 0)}`}${r.selected.aead === provider ? '*' : ''}`;
         return r.aeadErrors[provider] ? 'failed' : 'n/a';
       }));
       lines.push(markdownRow([provider, ...cells]));

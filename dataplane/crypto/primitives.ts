@@ -32,7 +32,21 @@ export interface Aead {
    * (written into `out` when given), or null when authentication fails or `sealed` is too short.
    */
   open(key: Uint8Array, nonce: Uint8Array, sealed: Uint8Array, ad: Uint8Array | undefined, out?: Uint8Array): Uint8Array | null;
+  /**
+   * Optional: seals `count` messages in place, one per slot of `stride` bytes in `data`, each of
+   * lengths[i] bytes at `offset` in its slot with the transport nonce of counters[i], the tag
+   * after it (aead-slots.ts, whose reference form any provider without its own gets).
+   */
+  sealSlots?(key: Uint8Array, data: Uint8Array, stride: number, offset: number, count: number, lengths: Int32Array, counters: Float64Array): void;
+  /**
+   * Optional: opens `count` messages in place, laid out as for sealSlots; lengths[i] (ciphertext
+   * and tag) becomes the plaintext length, or -1 when the message does not authenticate.
+   */
+  openSlots?(key: Uint8Array, data: Uint8Array, stride: number, offset: number, count: number, lengths: Int32Array, counters: Float64Array): void;
 }
+
+/** An Aead with both slot forms (what selection hands out: aead-slots.ts withSlots). */
+export type SlotAead = Required<Aead>;
 
 export interface XAead {
   /** XChaCha20-Poly1305 seal with a 24-byte nonce (cookie replies only). */
@@ -69,7 +83,7 @@ export interface Random {
 }
 
 /** A complete set of primitives, with the provider each one came from (for logs and benchmarks). */
-export interface Crypto extends Aead, XAead, Dh, Hashes, Random {
+export interface Crypto extends SlotAead, XAead, Dh, Hashes, Random {
   readonly providers: Readonly<Record<PrimitiveName, string>>;
 }
 

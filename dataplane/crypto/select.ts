@@ -10,7 +10,8 @@
  * touched when their provider is loaded, and each FFI loader picks its backend by runtime.
  */
 
-import type { Aead, Crypto, CryptoProvider, Dh, Hashes, PrimitiveName, Random, XAead } from './primitives.ts';
+import type { Aead, Crypto, CryptoProvider, Dh, Hashes, PrimitiveName, Random, SlotAead, XAead } from './primitives.ts';
+import { withSlots } from './aead-slots.ts';
 import { isBun } from '../sys/threads.ts';
 
 // --- provider loading ---------------------------------------------------------------------------
@@ -84,8 +85,10 @@ export async function loadProviders(): Promise<{ provider: CryptoProvider; error
 /**
  * Default preference per group, fastest first, from bench/crypto-micro.ts on an x86-64 VM with two
  * vCPUs (Node 20.20, Bun 1.4.5; single thread; medians of several runs, rounded):
- * - aead: openssl-ffi (OpenSSL 3 through our install-time C function, one FFI call per packet)
- *   seals a 1420-byte packet in ~1.6 µs where libsodium-ffi takes ~2.6 µs (Node, koffi, measured
+ * - aead: openssl-ffi (OpenSSL 3 through our install-time C function, one FFI call per packet,
+ *   or one per batch through its slot forms, aead-slots.ts: a batch of 1420-byte packets then
+ *   seals at ~0.82 µs a packet on Node and Bun) seals a 1420-byte packet alone in ~1.6 µs where
+ *   libsodium-ffi takes ~2.6 µs (Node, koffi, measured
  *   2026-12-04 under load; in C 1.02 against 1.94 µs): OpenSSL's ChaCha20 and Poly1305 are
  *   vectorised for this CPU, the system libsodium's are not. It is only there when the C function
  *   was built. libsodium-ffi works on the caller's buffers with no per-packet allocation: 1420-byte
@@ -217,12 +220,11 @@ export async function selectCrypto(opts: SelectOptions = {}): Promise<Crypto> {
  * The AEAD alone, chosen as selectCrypto chooses it (same order, same forcing): what a crypto
  * worker needs to seal and open batches. A worker thread then loads one provider, not three.
  */
-export async function selectAead(opts: SelectOptions = {}): Promise<Aead & { readonly provider: string }> {
+export async function selectAead(opts: SelectOptions = {}): Promise<SlotAead & { readonly provider: string }> {
   const options = effectiveOptions(opts);
   await checkForced(options);
   const chosen = await chooseProvider('aead', options);
-  const aead = chosen.aead!;
-  return Object.freeze({ seal: aead.seal.bind(aead), open: aead.open.bind(aead), provider: chosen.name });
+  return Object.freeze({ ...withSlots(chosen.aead!), provider: chosen.name });
 }
 
 /**
@@ -231,8 +233,7 @@ export async function selectAead(opts: SelectOptions = {}): Promise<Aead & { rea
  */
 function compose(aead: Aead, xaead: XAead, dh: Dh, hashes: Hashes, random: Random, providers: Record<PrimitiveName, string>): Crypto {
   return Object.freeze({
-    seal: aead.seal.bind(aead),
-    open: aead.open.bind(aead),
+    ...withSlots(aead),
     xseal: xaead.xseal.bind(xaead),
     xopen: xaead.xopen.bind(xaead),
     publicKey: dh.publicKey.bind(dh),

@@ -1,13 +1,16 @@
 /**
  * Sealing and opening a whole PacketBatch in place. The same code runs in the worker threads
- * and, for the inline pool, on the main thread.
+ * and, for the inline pool, on the main thread. The transport format (headers, padding) is
+ * written here; the AEAD then runs over the batch's slots in one call (crypto/aead-slots.ts),
+ * which for openssl-ffi is one foreign call per batch instead of one per packet.
  *
  * An all-zero key is refused for the whole batch (see transport.ts): every slot's length becomes
  * SLOT_ZERO_KEY, which the pipelines count as 'zero-key'. The result travels in the batch's own
  * shared lengths, so every pool (inline, ring) reports it without a change of protocol.
  */
-import type { Aead } from '../crypto/primitives.ts';
-import { ZERO_KEY, isZeroKey32, openTransport, sealTransportInPlace } from '../session/transport.ts';
+import type { SlotAead } from '../crypto/primitives.ts';
+import { TAG_SIZE, TRANSPORT_HEADER_SIZE, paddedLength, writeTransportHeader } from '../noise/messages.ts';
+import { isZeroKey32 } from '../session/transport.ts';
 
 /** A slot's length after opening when it did not authenticate. */
 export const SLOT_FAILED = -1;
@@ -24,26 +27,10 @@ export interface BatchView {
 
 /**
  * Seals slot i's plaintext (lengths[i] bytes at offset 16) with counters[i]; lengths[i] becomes
- * the datagram length (SLOT_ZERO_KEY for every slot when the key is all zeros).
+ * the datagram length (SLOT_ZERO_KEY for every slot when the key is all zeros). The padding and
+ * headers are written here, the AEAD runs over the whole batch in one call (aead-slots.ts).
  */
-export function sealBatch(aead: Aead, key: Uint8Array, receiverIndex: number, mtu: number, batch: BatchView): void {
-  const { data, lengths, counters, slotSize, count } = batch;
-  if (isZeroKey32(key)) {
-    lengths.fill(SLOT_ZERO_KEY, 0, count);
-    return;
-  }
-  for (let i = 0; i < count; i++) {
-    const slot = data.subarray(i * slotSize, (i + 1) * slotSize);
-    const length = sealTransportInPlace(aead, key, receiverIndex, counters[i], slot, lengths[i], mtu);
-    lengths[i] = length === ZERO_KEY ? SLOT_ZERO_KEY : length;
-  }
-}
-
-/**
- * Opens slot i's datagram (lengths[i] bytes) in place; lengths[i] becomes the padded plaintext
- * length, SLOT_FAILED, or (every slot, when the key is all zeros) SLOT_ZERO_KEY.
- */
-export function openBatch(aead: Aead, key: Uint8Array, batch: BatchView): void {
+export function sealBatch(aead: SlotAead, key: Uint8Array, receiverIndex: number, mtu: number, batch: BatchView): void {
   const { data, lengths, counters, slotSize, count } = batch;
   if (isZeroKey32(key)) {
     lengths.fill(SLOT_ZERO_KEY, 0, count);
@@ -51,7 +38,27 @@ export function openBatch(aead: Aead, key: Uint8Array, batch: BatchView): void {
   }
   for (let i = 0; i < count; i++) {
     const start = i * slotSize;
-    const plaintext = openTransport(aead, key, counters[i], data.subarray(start, start + lengths[i]));
-    lengths[i] = plaintext === null ? SLOT_FAILED : plaintext === ZERO_KEY ? SLOT_ZERO_KEY : plaintext.length;
+    const padded = paddedLength(lengths[i], mtu);
+    const end = TRANSPORT_HEADER_SIZE + padded;
+    if (end + TAG_SIZE > slotSize) throw new RangeError(`packet buffer too small: need ${end + TAG_SIZE} bytes, have ${slotSize}`);
+    data.fill(0, start + TRANSPORT_HEADER_SIZE + lengths[i], start + end);
+    writeTransportHeader(data, start, receiverIndex, counters[i]);
+    lengths[i] = padded;
   }
+  aead.sealSlots(key, data, slotSize, TRANSPORT_HEADER_SIZE, count, lengths, counters);
+  for (let i = 0; i < count; i++) lengths[i] += TRANSPORT_HEADER_SIZE + TAG_SIZE;
+}
+
+/**
+ * Opens slot i's datagram (lengths[i] bytes) in place; lengths[i] becomes the padded plaintext
+ * length, SLOT_FAILED, or (every slot, when the key is all zeros) SLOT_ZERO_KEY.
+ */
+export function openBatch(aead: SlotAead, key: Uint8Array, batch: BatchView): void {
+  const { data, lengths, counters, slotSize, count } = batch;
+  if (isZeroKey32(key)) {
+    lengths.fill(SLOT_ZERO_KEY, 0, count);
+    return;
+  }
+  for (let i = 0; i < count; i++) lengths[i] -= TRANSPORT_HEADER_SIZE; // header, then ciphertext and tag
+  aead.openSlots(key, data, slotSize, TRANSPORT_HEADER_SIZE, count, lengths, counters);
 }

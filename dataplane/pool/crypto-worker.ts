@@ -9,7 +9,7 @@
  */
 import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
 import { selectAead, type SelectOptions } from '../crypto/select.ts';
-import type { Aead } from '../crypto/primitives.ts';
+import type { SlotAead } from '../crypto/primitives.ts';
 import { openBatch, sealBatch, type BatchView } from './batch-crypto.ts';
 import {
   CONTROL_INTS, COMPLETED, DONE, MAIN_WAITING, OP_SEAL, STATE_FAILED, SUBMITTED, TASK_BYTES,
@@ -18,7 +18,7 @@ import {
 } from './task-ring.ts';
 import { STATE, awaitPublished, beginRunning, finishWorker, markConsumed, ringDoorbell, seqAdd, stopRequested } from '../ring/shared-ring.ts';
 
-export function runCryptoWorker(crypto: Aead, config: CryptoWorkerConfig): void {
+export function runCryptoWorker(crypto: SlotAead, config: CryptoWorkerConfig): void {
   const control = new Int32Array(config.control);
   const shared = new Int32Array(config.shared);
   const tasks32 = new Int32Array(config.tasks);
@@ -102,7 +102,7 @@ export interface CryptoWorkerData extends CryptoWorkerConfig {
 
 const config = workerData as CryptoWorkerData | undefined;
 if (config && config.control instanceof SharedArrayBuffer && config.tasks instanceof SharedArrayBuffer) {
-  let crypto: Aead | undefined;
+  let crypto: SlotAead | undefined;
   try {
     crypto = await selectAead(config.crypto);
   } catch {
