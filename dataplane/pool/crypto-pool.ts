@@ -142,6 +142,8 @@ class CryptoWorker {
   /** Tasks written to the ring, and tasks whose completion was handled. */
   submitted = 0;
   seen = 0;
+  /** Tasks this worker was given since it started (how the work spreads: workerTasks). */
+  given = 0;
   /** Promises of the tasks in the ring, in ring order (a queue from `head`). */
   pending: Pending[] = [];
   head = 0;
@@ -315,6 +317,7 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
       };
       w.port.postMessage(registration);
     }
+    w.given++;
     const slot = w.submitted & (TASK_SLOTS - 1);
     const words = slot * (TASK_BYTES / 4);
     const t = w.tasks32;
@@ -422,6 +425,11 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
   };
 
   /** The longest stall in progress (0 = none). */
+  /** Per running worker, the tasks (batches) it was given since it started. */
+  get workerTasks(): number[] {
+    return this.workers.filter((w) => w.alive).map((w) => w.given);
+  }
+
   get stalledMs(): number {
     const now = performance.now();
     let longest = 0;
