@@ -83,18 +83,7 @@ export function slotKey(chunk: KeyChunk, i: number, which: 0 | 1): Uint8Array {
  * gone (the slot was reused): then nothing is held and its keys must not be read.
  */
 export function tryHold(chunk: KeyChunk, i: number, generation: number): boolean {
-  const at = i * WORDS_PER_SLOT + STATE;
-  for (;;) {
-    const state = Atomics.load(chunk.words, at);
-    if ((state & RETIRED) !== 0) return false;
-    if ((state & HOLDS_MASK) === HOLDS_MASK) throw new RangeError('keypair table: too many holds on one keypair');
-    if (Atomics.compareExchange(chunk.words, at, state, state + 1) === state) break;
-  }
-  // The generation cannot change while we hold the slot; a different one means the keypair we
-  // were told about is gone and this slot belongs to a newer one.
-  if (slotGeneration(chunk, i) === generation) return true;
-  release(chunk, i);
-  return false;
+  return holdUnless(chunk, i, generation, RETIRED);
 }
 
 /**
@@ -103,13 +92,20 @@ export function tryHold(chunk: KeyChunk, i: number, generation: number): boolean
  * `retired` (Keypair.hold). False when the keys are zeroed or the slot was reused.
  */
 export function holdUnlessZeroed(chunk: KeyChunk, i: number, generation: number): boolean {
+  return holdUnless(chunk, i, generation, ZEROED);
+}
+
+/** Adds a hold unless STATE has the `refused` flag; then checks the hold is on `generation`'s keypair. */
+function holdUnless(chunk: KeyChunk, i: number, generation: number, refused: number): boolean {
   const at = i * WORDS_PER_SLOT + STATE;
   for (;;) {
     const state = Atomics.load(chunk.words, at);
-    if ((state & ZEROED) !== 0) return false;
+    if ((state & refused) !== 0) return false;
     if ((state & HOLDS_MASK) === HOLDS_MASK) throw new RangeError('keypair table: too many holds on one keypair');
     if (Atomics.compareExchange(chunk.words, at, state, state + 1) === state) break;
   }
+  // The generation cannot change while we hold the slot; a different one means the keypair we
+  // were told about is gone and this slot belongs to a newer one.
   if (slotGeneration(chunk, i) === generation) return true;
   release(chunk, i);
   return false;

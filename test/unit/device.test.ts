@@ -15,6 +15,7 @@ import { Device } from '../../dataplane/device/device.ts';
 import { MemoryNetwork } from '../../dataplane/bind/memory-bind.ts';
 import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
+import { until } from '../helpers/until.ts';
 
 let crypto: Crypto;
 let pool: WorkerCryptoPool;
@@ -24,13 +25,6 @@ before(async () => {
 });
 after(async () => { await pool?.close(); });
 
-async function until(condition: () => boolean, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
 
 /** The worker pool, counting the batches it is given. */
 function countingPool(inner: CryptoPool) {

@@ -8,16 +8,10 @@ import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import type { Tun } from '../../dataplane/tun/tun.ts';
 import { validateInterfaceName } from '../../dataplane/tun/tun.ts';
 import { answerEchoRequest, buildEchoRequest, isEchoReplyTo, parseEcho } from '../system/packets.ts';
+import { until } from '../helpers/until.ts';
 
 const tick = () => new Promise<void>((resolve) => setImmediate(resolve));
 
-async function until(condition: () => boolean, timeoutMs = 2000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
 
 const echo = (seq: number) => buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 7, seq });
 

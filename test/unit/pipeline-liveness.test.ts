@@ -21,17 +21,11 @@ import type { StallReport } from '../../dataplane/watchdog.ts';
 import type { Logger } from '../../dataplane/log.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
 import { makeDevicePair } from '../helpers/device-pair.ts';
+import { until } from '../helpers/until.ts';
 
 let crypto: Crypto;
 before(async () => { crypto = await selectCrypto(); });
 
-async function until(condition: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
 
 /** A pool whose tasks never complete: a worker that has stopped, as the black hole looked. */
 const neverPool = (): CryptoPool => ({

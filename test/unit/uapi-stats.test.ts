@@ -23,6 +23,7 @@ import {
 } from '../../dataplane/uapi/uapi-stats.ts';
 import { buildEchoRequest } from '../system/packets.ts';
 import { makeDevicePair } from '../helpers/device-pair.ts';
+import { until } from '../helpers/until.ts';
 
 let crypto: Crypto;
 before(async () => { crypto = await selectCrypto(); });
@@ -77,13 +78,6 @@ describe('stats text format', () => {
   });
 });
 
-async function until(condition: () => boolean, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
 
 /** Two Devices over in-memory TUNs and UDP with short handshake timers. */
 function makePair() {
