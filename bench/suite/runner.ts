@@ -23,7 +23,7 @@ import type { BenchMeta, BenchResults, MicroSection, RunRecord, SubjectResult, S
 import { runScale, scaleSeconds } from './scale.ts';
 import { measureStartup } from './startup.ts';
 import { maximum, median, minimum } from './stats.ts';
-import { LISTEN_PORT, SUBJECTS, TUNNEL_MTU, bunBinary, startSubject, unavailableReason, type RunningSubject, type SubjectSpec } from './subjects.ts';
+import { LISTEN_PORT, SUBJECTS, TUNNEL_MTU, bunBinary, requireCompiled, startSubject, unavailableReason, type RunningSubject, type SubjectSpec } from './subjects.ts';
 import { sweepRate } from './sweep.ts';
 import { iperf, iperfUdp, ping, startIperfServer, type IperfRun, type UdpProbe } from './tools.ts';
 import { WIREGUARD_GO_MODERN, hasWireGuardGoModern } from '../../test/system/userspace-wg.ts';
@@ -368,6 +368,8 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
   const results: SubjectResult[] = specs.map((spec) => ({
     id: spec.id, label: spec.label, kind: spec.kind, status: 'skipped', info: {}, runs: [], processes: [], counters: {},
   }));
+  // A stale checkout is a mistake to fix, not a subject to skip: stop before measuring anything.
+  for (const spec of specs) if (unavailableReason(spec) === undefined) requireCompiled(spec);
   const runnable: SubjectSpec[] = [];
   specs.forEach((spec, i) => {
     const reason = unavailableReason(spec);

@@ -10,7 +10,7 @@ import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import { WG_SOCKET_DIR, uniqueName, type Namespace, type Scope } from '../../test/system/netns.ts';
 import { launchSpec, type Implementation } from '../../test/system/userspace-wg.ts';
 import { memoryStatus } from './procfs.ts';
-import type { SubjectSpec } from './subjects.ts';
+import { requireCompiled, type SubjectSpec } from './subjects.ts';
 
 export interface StartupSample {
   /** Spawn to the first complete `get=1` answer, ms. */
@@ -52,6 +52,7 @@ async function untilAnswering(socket: string, running: () => boolean, label: str
 
 /** One start, idle period and stop of `spec`'s daemon in `ns`. */
 async function sampleOnce(scope: Scope, ns: Namespace, spec: SubjectSpec, idleMs: number): Promise<StartupSample> {
+  requireCompiled(spec);
   const ifname = uniqueName('rgs');
   const socket = join(WG_SOCKET_DIR, `${ifname}.sock`);
   scope.removeFileAtCleanup(socket);

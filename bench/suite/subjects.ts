@@ -15,6 +15,7 @@ import {
 import { generateKeyPair } from '../../test/system/wireguard-go.ts';
 import { UserspaceWg, WIREGUARD_GO_MODERN, hasWireGuardGoModern } from '../../test/system/userspace-wg.ts';
 import { pingOnce } from './tools.ts';
+import { staleReason } from '../../bin/compiled.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 /** The roamguard entry point of this checkout. */
@@ -115,8 +116,22 @@ export async function waitUntilReady(ns: Namespace, ifname: string, proc: NsProc
   if (exited) throw new Error(`${proc.label} exited before it was ready\n${proc.describe()}`);
 }
 
+/**
+ * Throws unless the checkout `spec` runs has compiled JavaScript matching its sources. Else
+ * bin/roamguard would run the TypeScript through tsx, and the bench would measure tsx's start-up,
+ * threads and memory instead of the daemon's (an edit during a run does it too, so each start
+ * checks again).
+ */
+export function requireCompiled(spec: SubjectSpec): void {
+  if (spec.kind !== 'roamguard') return;
+  const root = dirname(dirname(spec.bin ?? ROAMGUARD_BIN));
+  const reason = staleReason(root);
+  if (reason !== undefined) throw new Error(`${spec.label}: ${root}: ${reason}; run \`npm run build\` there first (a stale checkout runs through tsx, which the bench would measure)`);
+}
+
 /** Starts `roamguard wg -f` for `spec` in `ns` (a fresh interface name) and waits until it is ready. */
 export async function startRoamguard(scope: Scope, ns: Namespace, spec: SubjectSpec, side: 'a' | 'b', logLevel = 'verbose'): Promise<TunnelProcess> {
+  requireCompiled(spec);
   const ifname = uniqueName('rgb');
   scope.removeFileAtCleanup(join(WG_SOCKET_DIR, `${ifname}.sock`));
   const args = ['--runtime', spec.runtime ?? 'node', 'wg', '-f'];

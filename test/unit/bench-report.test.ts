@@ -5,9 +5,11 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { resolve } from 'node:path';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { parseBenchArgs, QUICK_SUBJECTS } from '../../bench/suite/options.ts';
-import { SUBJECTS, unavailableReason } from '../../bench/suite/subjects.ts';
+import { SUBJECTS, requireCompiled, unavailableReason } from '../../bench/suite/subjects.ts';
 import { estimateSecondsLeft, formatDuration } from '../../bench/suite/progress.ts';
 import {
   formatCount, formatRatio, ratio, renderCpuTable, renderMarkdown, renderMicroTables, renderScaleTable, renderStartupTable, renderThroughputTable, referenceSubject, throughputRows,
@@ -94,6 +96,26 @@ describe('throughput rows and ratios', () => {
     const main = md.indexOf('| subject | Gbit/s |');
     const throughput = md.indexOf('### Throughput');
     assert.ok(main >= 0 && throughput > main);
+  });
+});
+
+describe('what the bench runs', () => {
+  test('a roamguard checkout whose compiled JavaScript is missing or stale stops the bench, naming the fix', () => {
+    const root = mkdtempSync(join(tmpdir(), 'rg-bench-stale-'));
+    try {
+      mkdirSync(join(root, 'bin'));
+      const node = SUBJECTS.find((s) => s.id === 'node-baseline')!;
+      const spec = { ...node, bin: join(root, 'bin', 'roamguard') };
+      assert.throws(() => requireCompiled(spec), /not compiled; run `npm run build` there first/);
+      writeFileSync(join(root, 'a.ts'), 'export const a = 1;\n');
+      writeFileSync(join(root, 'a.js'), 'export const a = 1;\n');
+      writeFileSync(join(root, '.compiled.json'), JSON.stringify({ format: 1, files: { 'a.ts': { size: 1, mtimeMs: 0, sha256: 'x' } } }));
+      assert.throws(() => requireCompiled(spec), /a\.ts changed since it was compiled/);
+      const wireguardGo = SUBJECTS.find((s) => s.kind === 'wireguard-go')!;
+      requireCompiled({ ...wireguardGo, bin: spec.bin }); // not a roamguard checkout: nothing to check
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 });
 
