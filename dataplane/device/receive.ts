@@ -11,8 +11,9 @@
  * A small transport message whose peer has nothing in the pipeline is opened and delivered at
  * once on the main thread (DIRECT_MAX_BYTES, send.ts); the datagrams behind it queue as usual.
  *
- * node:dgram hands over one datagram per callback; everything that arrives before the next
- * "check" phase of the event loop (setImmediate) forms one batch.
+ * The bind hands over one datagram per call (FfiUdpBind: each datagram of a receive ring slot,
+ * a UDP GRO run split into its datagrams); everything that arrives before the next "check" phase
+ * of the event loop (setImmediate) forms one batch.
  *
  * A handshake message handled in the same turn may retire the keypair a batch is being filled
  * for. Each batch therefore holds its keypair from its first datagram until it is delivered or

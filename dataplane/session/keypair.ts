@@ -44,10 +44,13 @@ export class Keypair {
   readonly replay = new ReplayWindow();
   /** Where the keys and the hold count live (keypair-table.ts). */
   readonly at: KeySlot;
+  /** Views of the slot's send and receive keys (valid while the slot is this keypair's). */
+  private readonly views: readonly [Uint8Array, Uint8Array];
 
   /** Copies the session's keys into a slot of `table` and zeroes the session's copies. */
   constructor(keys: SessionKeys, created: number, private readonly table: KeypairTable) {
     this.at = table.allocate(keys.sendKey, keys.receiveKey);
+    this.views = [slotKey(this.at.chunk, this.at.index, 0), slotKey(this.at.chunk, this.at.index, 1)];
     keys.sendKey.fill(0);
     keys.receiveKey.fill(0);
     this.isInitiator = keys.isInitiator;
@@ -78,9 +81,8 @@ export class Keypair {
   }
 
   private key(which: 0 | 1): Uint8Array {
-    const view = slotKey(this.at.chunk, this.at.index, which);
-    // Checked after taking the view: a slot reused in between shows another generation.
-    return (this.state() & ZEROED) === 0 ? view : zeros();
+    // Once zeroed, the slot may hold a newer keypair's keys: never hand out the view then.
+    return (this.state() & ZEROED) === 0 ? this.views[which] : zeros();
   }
 
   /** True from the moment the peer retires it: nothing may be opened, delivered, sealed or sent under it after that. */
