@@ -63,6 +63,8 @@ export class AgentRelays {
   private publishedRequests: string | null | undefined;
   private publishedAllocations: string | null | undefined;
   private refusedLogged = '';
+  /** Why no relay could be asked for, as last logged ('' = nothing to say). */
+  private noCandidateLogged = '';
   private readonly countersLogged = new Map<string, string>();
   /** Key → node name, from the last pass (labels of the counters). */
   private names = new Map<string, string>();
@@ -134,6 +136,14 @@ export class AgentRelays {
       candidates, requestsOf, allocationsOf, device: new Map(seen.map((p) => [p.key, p])), nowWallMs: now,
       trialMs: Math.max(10_000, (s.persistentKeepalive + 5) * 1000), retryMs: DIRECT_RETRY_MS,
     }, this.client, this.routes);
+    const waiting = [...noPath].filter((key) => !this.client.has(key) && mesh.peers.has(key));
+    const noCandidate = s.relay && waiting.length > 0 && candidates.length === 0 && !selfPublic
+      ? `offering=${[...allocationsOf.keys()].sort().join(',') || 'none'} live=${[...live].map((k) => this.names.get(k) ?? k.slice(0, 8)).sort().join(',') || 'none'}`
+      : '';
+    if (noCandidate !== this.noCandidateLogged) {
+      this.noCandidateLogged = noCandidate;
+      if (noCandidate) this.log.info('peers without a working session, and no relay to ask: no relay-offering node has a live session with this one', { peers: waiting.map((k) => this.names.get(k) ?? k.slice(0, 8)).join(','), why: noCandidate });
+    }
     for (const e of decision.events) {
       if (e.kind === 'relay-needed') this.log.info('no direct path to a peer: asking for a relay', { node: e.node, key: e.key.slice(0, 8), candidates });
       else if (e.kind === 'relayed') this.log.info('reaching a peer through a relay', { node: e.node, key: e.key.slice(0, 8), via: e.via, endpoint: e.endpoint });
