@@ -111,9 +111,9 @@ export function livePeers(device: ReadonlyArray<{ key: string; rxBytes: number; 
 // --- probing the relays while a pair needs one ------------------------------------------------
 
 /**
- * While this node has a peer in relay mode, the agent sends every relay candidate a datagram this
- * often through the tunnel (control/agent/relay-probe.ts); the candidate's answer makes its
- * received bytes grow whatever the keepalive period.
+ * While this node has a peer in relay mode or without a working session, the agent sends every
+ * relay candidate a datagram this often through the tunnel (control/agent/relay-probe.ts); the
+ * candidate's answer makes its received bytes grow whatever the keepalive period.
  */
 export const RELAY_PROBE_INTERVAL_MS = 2000;
 
@@ -144,9 +144,9 @@ export function livenessWindow(key: string, probing: ProbingMemory, nowWallMs: n
   return since !== undefined && nowWallMs - since >= PROBED_SILENCE_MS ? PROBED_SILENCE_MS : keepaliveWindowMs;
 }
 
-/** The peers to probe: relay-offering public peers, while this node has any peer in relay mode. */
-export function relaysToProbe(peers: ReadonlyMap<string, DesiredPeer>, offering: ReadonlySet<string>, inRelayMode: number): string[] {
-  if (inRelayMode === 0) return [];
+/** The peers to probe: relay-offering public peers, while this node has any peer that needs a relay. */
+export function relaysToProbe(peers: ReadonlyMap<string, DesiredPeer>, offering: ReadonlySet<string>, needingRelay: number): string[] {
+  if (needingRelay === 0) return [];
   return [...peers].filter(([, p]) => offering.has(p.nodeName) && isPublicPeer(p)).map(([key]) => key).sort();
 }
 
