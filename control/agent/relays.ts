@@ -114,14 +114,10 @@ export class AgentRelays {
     }
 
     const seen = device.peers.map((p) => ({ key: keyToBase64(p.publicKey), rxBytes: p.rxBytes, lastHandshakeWallMs: p.lastHandshakeWallMs, endpoint: p.endpoint?.toString() }));
-    // While a peer needs a relay (relayed, or without a working session and so about to ask for
-    // one), the relays are probed (relay-probe.ts) and a silent one is judged by a short window;
-    // otherwise two keepalives without a word. The probes matter before the first request too:
-    // with persistent keepalives on both ends, a relay whose keepalive timer keeps being restarted
-    // by ours never sends one, so without an answer to a probe it looks dead to us and we would
-    // never ask it (the NAT suite's relay scenario failed on exactly that, intermittently).
-    const needing = this.client.size + [...input.unreachable].filter((key) => mesh.peers.has(key)).length;
-    const probed = s.relay ? relaysToProbe(mesh.peers, new Set(allocationsOf.keys()), needing) : [];
+    // While a peer needs a relay (relayed, or without a working session), the relays are probed
+    // (relay-probe.ts) and a silent one is judged by a short window; otherwise two keepalives
+    // without a word. relaysToProbe says why the probes start before the first request.
+    const probed = s.relay ? relaysToProbe(mesh.peers, new Set(allocationsOf.keys()), this.relayedPeers(), input.unreachable) : [];
     updateProbing(this.probing, probed, now);
     const routedPrefixes = new Set(mesh.tunnelRoutes);
     this.prober.setTargets(probed.flatMap((key) => probeAddress(mesh.peers.get(key)!, routedPrefixes) ?? []));

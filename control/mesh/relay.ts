@@ -144,9 +144,18 @@ export function livenessWindow(key: string, probing: ProbingMemory, nowWallMs: n
   return since !== undefined && nowWallMs - since >= PROBED_SILENCE_MS ? PROBED_SILENCE_MS : keepaliveWindowMs;
 }
 
-/** The peers to probe: relay-offering public peers, while this node has any peer that needs a relay. */
-export function relaysToProbe(peers: ReadonlyMap<string, DesiredPeer>, offering: ReadonlySet<string>, needingRelay: number): string[] {
-  if (needingRelay === 0) return [];
+/**
+ * The peers to probe: relay-offering public peers, while this node has any peer that needs a
+ * relay: one in relay mode (`relayed`), or a mesh peer without a working session (`unreachable`),
+ * which is about to ask for one. The second matters: with persistent keepalives on both ends, a
+ * relay whose keepalive timer keeps being restarted by ours never sends one, so without an answer
+ * to a probe it looks dead and would never be asked.
+ */
+export function relaysToProbe(
+  peers: ReadonlyMap<string, DesiredPeer>, offering: ReadonlySet<string>, relayed: ReadonlySet<string>, unreachable: ReadonlySet<string>,
+): string[] {
+  const needing = relayed.size > 0 || [...unreachable].some((key) => peers.has(key));
+  if (!needing) return [];
   return [...peers].filter(([, p]) => offering.has(p.nodeName) && isPublicPeer(p)).map(([key]) => key).sort();
 }
 

@@ -18,10 +18,12 @@ export function checkSlotRun(data: Uint8Array, stride: number, offset: number, c
   if (lengths.length < count || counters.length < count) throw new RangeError(`aead slots: ${count} slots need ${count} lengths and counters`);
 }
 
+/** The reference forms' nonce, rewritten per message (one module instance per thread, and the loops never re-enter). */
+const nonce = new Uint8Array(12);
+
 /** The reference sealSlots: lengths[i] plaintext bytes at slot i's offset, sealed in place, the tag after them. */
 function sealEachSlot(aead: Aead, key: Uint8Array, data: Uint8Array, stride: number, offset: number, count: number, lengths: Int32Array, counters: Float64Array): void {
   checkSlotRun(data, stride, offset, count, lengths, counters);
-  const nonce = new Uint8Array(12);
   for (let i = 0; i < count; i++) {
     const start = i * stride + offset;
     const length = lengths[i];
@@ -33,7 +35,6 @@ function sealEachSlot(aead: Aead, key: Uint8Array, data: Uint8Array, stride: num
 /** The reference openSlots: lengths[i] (ciphertext ‖ tag) becomes the plaintext length, or -1. */
 function openEachSlot(aead: Aead, key: Uint8Array, data: Uint8Array, stride: number, offset: number, count: number, lengths: Int32Array, counters: Float64Array): void {
   checkSlotRun(data, stride, offset, count, lengths, counters);
-  const nonce = new Uint8Array(12);
   for (let i = 0; i < count; i++) {
     const start = i * stride + offset;
     const length = lengths[i];

@@ -17,6 +17,7 @@ import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { WorkerCryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
+import { until } from '../helpers/until.ts';
 import {
   AF_INET, EAGAIN, EINVAL, SOCKADDR_IN_SIZE, SOCK_DGRAM, SOL_SOCKET, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, loadLibc, type Libc,
 } from '../../dataplane/sys/libc.ts';
@@ -64,13 +65,6 @@ async function dgramSocket(type: 'udp4' | 'udp6'): Promise<{ socket: dgram.Socke
   return { socket, got };
 }
 
-async function until(condition: () => boolean, what = 'condition', timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
 
 const bytes = (...values: number[]) => Uint8Array.from(values);
 
@@ -135,11 +129,11 @@ describe('FfiUdpBind', () => {
     for (const host of ['127.0.0.1', '::1']) {
       a.got.length = b.got.length = 0;
       a.bind.send(new Endpoint(host, b.bind.port), bytes(1, 2, 3));
-      await until(() => b.got.length === 1, `datagram at b over ${host}`);
+      await until(() => b.got.length === 1, 10_000, `datagram at b over ${host}`);
       assert.deepEqual(b.got[0].data, bytes(1, 2, 3));
       assert.equal(b.got[0].source.toString(), new Endpoint(host, a.bind.port).toString());
       b.bind.send(b.got[0].source, bytes(4, 5));
-      await until(() => a.got.length === 1, `reply at a over ${host}`);
+      await until(() => a.got.length === 1, 10_000, `reply at a over ${host}`);
       assert.deepEqual(a.got[0].data, bytes(4, 5));
       assert.equal(a.got[0].source.toString(), new Endpoint(host, b.bind.port).toString());
     }
@@ -157,7 +151,7 @@ describe('FfiUdpBind', () => {
       b.got.length = 0;
       const to = new Endpoint(host, b.bind.port);
       for (let i = 0; i < 3; i++) a.bind.send(to, bytes(i));
-      await until(() => b.got.length === 3);
+      await until(() => b.got.length === 3, 10_000);
       assert.ok(b.got[1].source === b.got[0].source && b.got[2].source === b.got[0].source);
     }
   });
@@ -169,11 +163,11 @@ describe('FfiUdpBind', () => {
       const peer = await dgramSocket(type);
       const peerPort = peer.socket.address().port;
       await new Promise<void>((resolve, reject) => peer.socket.send(bytes(9, 8, 7), bind.port, host, (err) => (err ? reject(err) : resolve())));
-      await until(() => got.length === 1, 'datagram from dgram');
+      await until(() => got.length === 1, 10_000, 'datagram from dgram');
       assert.deepEqual(got[0].data, bytes(9, 8, 7));
       assert.equal(got[0].source.toString(), new Endpoint(host, peerPort).toString());
       bind.send(got[0].source, bytes(6, 5));
-      await until(() => peer.got.length === 1, 'reply at dgram');
+      await until(() => peer.got.length === 1, 10_000, 'reply at dgram');
       assert.deepEqual(new Uint8Array(peer.got[0].data), bytes(6, 5));
       assert.equal(peer.got[0].port, bind.port);
       assert.equal(peer.got[0].address, host);
@@ -188,7 +182,7 @@ describe('FfiUdpBind', () => {
       const indices = Array.from({ length: 128 }, (_, i) => i);
       a.bind.sendBatch(new Endpoint(host, b.bind.port), data, stride, lengths, 128);
       a.bind.sendBatch(new Endpoint(host, peer.socket.address().port), data, stride, lengths, 128);
-      await until(() => b.got.length === 128 && peer.got.length === 128, 'both batches');
+      await until(() => b.got.length === 128 && peer.got.length === 128, 10_000, 'both batches');
       assertBatch(b.got, data, stride, lengths, indices);
       assert.ok(b.got.every((r) => r.source.toString() === new Endpoint(host, a.bind.port).toString()));
       peer.got.forEach((r, i) => assert.deepEqual(new Uint8Array(r.data), data.slice(i * stride, i * stride + lengths[i])));
@@ -206,7 +200,7 @@ describe('FfiUdpBind', () => {
     const big = sharedBatch(600, stride, (i) => (i % 50 === 7 ? 0 : i % 50 === 8 ? -1 : 16 + (i % 200)));
     const expected = Array.from({ length: 600 }, (_, i) => i).filter((i) => big.lengths[i] > 0);
     a.bind.sendBatch(to, big.data, stride, big.lengths, 600);
-    await until(() => b.got.length === expected.length, 'the big batch');
+    await until(() => b.got.length === expected.length, 10_000, 'the big batch');
     assertBatch(b.got, big.data, stride, big.lengths, expected);
     assert.equal(a.bind.stats.sendErrors, 0);
 
@@ -216,7 +210,7 @@ describe('FfiUdpBind', () => {
     for (let i = 0; i < plain.length; i++) plain[i] = i & 0xff;
     const view = plain.subarray(64);
     a.bind.sendBatch(to, view, 100, [10, 20, 30, 40], 4);
-    await until(() => b.got.length === 4, 'the plain batch');
+    await until(() => b.got.length === 4, 10_000, 'the plain batch');
     b.got.forEach((r, i) => assert.deepEqual(r.data, view.slice(i * 100, i * 100 + 10 * (i + 1))));
 
     // Shared memory with a byteOffset, and an entry past the end of the view: counted, not sent.
@@ -224,7 +218,7 @@ describe('FfiUdpBind', () => {
     const shared = sharedBatch(5, 64, () => 64);
     const part = shared.data.subarray(64, 64 * 4); // entries 1..3 of the batch, as a view
     a.bind.sendBatch(to, part, 64, [64, 64, 64, 64], 4);
-    await until(() => b.got.length === 3, 'the offset batch');
+    await until(() => b.got.length === 3, 10_000, 'the offset batch');
     b.got.forEach((r, i) => assert.deepEqual(r.data, part.slice(i * 64, (i + 1) * 64)));
     assert.equal(a.bind.stats.sendErrors, 1);
     assert.throws(() => a.bind.sendBatch(to, shared.data, -64, [64, 64], 2), RangeError);
@@ -251,7 +245,7 @@ describe('FfiUdpBind', () => {
       const { data, lengths } = sharedBatch(128, stride, (i) => (i === 100 ? 700 : 1452));
       const indices = Array.from({ length: 128 }, (_, i) => i);
       a.bind.sendBatch(new Endpoint(host, b.bind.port), data, stride, lengths, 128);
-      await until(() => b.got.length === 128, 'the batch at the FFI bind (GRO)');
+      await until(() => b.got.length === 128, 10_000, 'the batch at the FFI bind (GRO)');
       assertBatch(b.got, data, stride, lengths, indices);
       assert.ok(a.bind.segmentationOffload);
       assert.equal(messages.reduce((x, y) => x + y, 0), 128);
@@ -260,7 +254,7 @@ describe('FfiUdpBind', () => {
 
       messages.length = 0;
       a.bind.sendBatch(new Endpoint(host, peer.socket.address().port), data, stride, lengths, 128);
-      await until(() => peer.got.length === 128, 'the batch at a node:dgram socket (no GRO: the kernel splits)');
+      await until(() => peer.got.length === 128, 10_000, 'the batch at a node:dgram socket (no GRO: the kernel splits)');
       peer.got.forEach((r, i) => assert.deepEqual(new Uint8Array(r.data), data.slice(i * stride, i * stride + lengths[i])));
       assert.ok(messages.length <= 6);
       assert.equal(a.bind.stats.sent, 256);
@@ -290,7 +284,7 @@ describe('FfiUdpBind', () => {
     const stride = 1536;
     const { data, lengths } = sharedBatch(64, stride, (i) => (i < 3 ? 100 + i : 1000));
     a.bind.sendBatch(new Endpoint('127.0.0.1', b.bind.port), data, stride, lengths, 64);
-    await until(() => b.got.length === 64, 'every datagram');
+    await until(() => b.got.length === 64, 10_000, 'every datagram');
     assertBatch(b.got, data, stride, lengths, Array.from({ length: 64 }, (_, i) => i));
     assert.equal(refused, 1);
     assert.equal(a.bind.segmentationOffload, false);
@@ -330,7 +324,7 @@ describe('FfiUdpBind', () => {
     batch.data.fill(0);
     a.bind.send(to, bytes(0xee, 1));
     a.bind.sendBatch(to, batch.data.subarray(0, 0), stride, [], 0);
-    await until(() => b.got.length === 130, 'every datagram', 10_000);
+    await until(() => b.got.length === 130, 10_000, 'every datagram');
     assert.deepEqual(b.got[0].data, bytes(0xee, 0));
     assertBatch(b.got.slice(1, 129), original, stride, batch.lengths, Array.from({ length: 128 }, (_, i) => i));
     assert.deepEqual(b.got[129].data, bytes(0xee, 1));
@@ -374,7 +368,7 @@ describe('FfiUdpBind', () => {
       const message = Buffer.from([i === 300 ? 0xbb : 1, i >> 8, i & 0xff]);
       client.socket.send(message, responder.port, client.socket.address().family === 'IPv6' ? '::1' : '127.0.0.1');
     }
-    await until(() => clients.reduce((n, c) => n + c.got.length, 0) === count, `every answer (${clients.map((c) => c.got.length)})`, 10_000);
+    await until(() => clients.reduce((n, c) => n + c.got.length, 0) === count, 10_000, `every answer (${clients.map((c) => c.got.length)})`);
     for (const [k, client] of clients.entries()) {
       const seqs = client.got.map((d) => { assert.equal(d.data[0], 0xaa); return (d.data[2] << 8) | d.data[3]; });
       assert.deepEqual(seqs, Array.from({ length: count / 3 }, (_, j) => j * 3 + k), `client ${k}: every answer, in order`);
@@ -425,10 +419,10 @@ describe('FfiUdpBind', () => {
       const burst = 2000;
       for (let i = 0; i < burst; i++) assert.equal(libc.sendto(fd, datagram, datagram.length, 0, to, to.length), datagram.length);
       // The drop count arrives with the next datagram queued after the drops.
-      await until(() => got.length > 0 && bind.stats.received === got.length, 'the burst\'s survivors');
+      await until(() => got.length > 0 && bind.stats.received === got.length, 10_000, 'the burst\'s survivors');
       await new Promise((r) => setTimeout(r, 50));
       assert.equal(libc.sendto(fd, datagram, datagram.length, 0, to, to.length), datagram.length);
-      await until(() => got.length + bind.stats.kernelDrops === burst + 1, `every datagram received or counted as a kernel drop (${got.length} received, ${bind.stats.kernelDrops} dropped)`);
+      await until(() => got.length + bind.stats.kernelDrops === burst + 1, 10_000, `every datagram received or counted as a kernel drop (${got.length} received, ${bind.stats.kernelDrops} dropped)`);
       assert.ok(bind.stats.kernelDrops > burst / 2, `most of the burst was dropped: ${bind.stats.kernelDrops}`);
       assert.equal(reported.reduce((a, b) => a + b, 0), bind.stats.kernelDrops, 'onKernelDrops got each drop once');
     } finally {
@@ -462,7 +456,7 @@ describe('FfiUdpBind', () => {
 
   test('close stops the reader thread and frees the port; reopening the same port works', async () => {
     // Readers of earlier tests' binds that were closed while starting end by themselves.
-    await until(() => FfiUdpBind.readerThreads === 0, 'earlier reader threads to end', 30_000);
+    await until(() => FfiUdpBind.readerThreads === 0, 30_000, 'earlier reader threads to end');
     const { bind, got } = await ffiBind();
     const port = bind.port;
     await bind.ready();
@@ -483,7 +477,7 @@ describe('FfiUdpBind', () => {
     await bind.ready();
     const other = await ffiBind();
     other.bind.send(new Endpoint('::1', port), bytes(42));
-    await until(() => got.length === 1, 'a datagram after the reopen');
+    await until(() => got.length === 1, 10_000, 'a datagram after the reopen');
     assert.deepEqual(got[0].data, bytes(42));
   });
 
@@ -503,7 +497,7 @@ describe('FfiUdpBind', () => {
   });
 
   test('opening and closing at once, repeatedly: reader threads still starting end by themselves', async () => {
-    await until(() => FfiUdpBind.readerThreads === 0, 'earlier reader threads to end', 30_000);
+    await until(() => FfiUdpBind.readerThreads === 0, 30_000, 'earlier reader threads to end');
     const threads0 = threadCount();
     const bind = new FfiUdpBind();
     opened.push(bind);
@@ -517,11 +511,11 @@ describe('FfiUdpBind', () => {
     const got: Received[] = [];
     bind.onReceive((data, source) => got.push({ data: data.slice(), source }));
     other.bind.send(new Endpoint('127.0.0.1', port), bytes(7));
-    await until(() => got.length === 1, 'a datagram after the cycles');
+    await until(() => got.length === 1, 10_000, 'a datagram after the cycles');
     await bind.close();
     await other.bind.close();
-    await until(() => FfiUdpBind.readerThreads === 0, 'every reader thread to end', 30_000);
-    await until(() => threadCount() <= threads0, 'their OS threads to go', 10_000);
+    await until(() => FfiUdpBind.readerThreads === 0, 30_000, 'every reader thread to end');
+    await until(() => threadCount() <= threads0, 10_000, 'their OS threads to go');
   });
 
   test('ready() asked while a new port is applied waits for the new reader, and it receives', async () => {
@@ -540,7 +534,7 @@ describe('FfiUdpBind', () => {
     bind.onReceive((data, source) => got.push({ data: data.slice(), source }));
     const other = await ffiBind();
     other.bind.send(new Endpoint('127.0.0.1', port), bytes(9));
-    await until(() => got.length === 1, 'a datagram on the new port');
+    await until(() => got.length === 1, 10_000, 'a datagram on the new port');
   });
 
   test('shared memory addresses stay put across garbage collections', async () => {
@@ -593,12 +587,12 @@ describe('Device over FfiUdpBind (loopback)', () => {
         const original = a.bind.sendBatch.bind(a.bind);
         a.bind.sendBatch = (...args) => { batchSends.count++; original(...args); };
         a.tun.inject(buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 1, seq: 0 }));
-        await until(() => b.tun.written.length === 1, 'the first packet (after the handshake)', 15_000);
+        await until(() => b.tun.written.length === 1, 15_000, 'the first packet (after the handshake)');
         for (let seq = 1; seq <= 1000; seq++) {
           a.tun.inject(buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 1, seq, payload: new Uint8Array(seq % 1300) }));
           b.tun.inject(buildEchoRequest({ src: '10.0.0.2', dst: '10.0.0.1', id: 2, seq }));
         }
-        await until(() => b.tun.written.length === 1001 && a.tun.written.length === 1000, 'every packet', 15_000);
+        await until(() => b.tun.written.length === 1001 && a.tun.written.length === 1000, 15_000, 'every packet');
         assert.deepEqual(b.tun.written.map((p) => parseEcho(p)?.seq), [...Array(1001).keys()]);
         assert.deepEqual(a.tun.written.map((p) => parseEcho(p)?.seq), [...Array(1000).keys()].map((i) => i + 1));
         assert.equal(parseEcho(b.tun.written[700])!.payload.length, 700);

@@ -271,15 +271,20 @@ describe('probing the relays while a pair needs one', () => {
   const keepaliveWindowMs = (2 * 25 + 5) * 1000;
   const LOOK_MS = 5000; // the agent reads the data plane every 5 s
 
-  test('only relay-offering public peers are probed, and only while a peer is in relay mode', () => {
+  test('only relay-offering public peers are probed, and only while a peer is relayed or unreachable', () => {
     const c1 = newKey(), h1 = newKey();
     const peers = new Map<string, DesiredPeer>([
       [c1, { nodeName: 'c1', endpoint: '203.0.113.1:51820', endpointSource: 'published' } as DesiredPeer],
       [h1, { nodeName: 'h1', endpoint: '198.51.100.20:40000', endpointSource: 'discovered', natPublicAddress: '198.51.100.20' } as DesiredPeer],
     ]);
-    assert.deepEqual(relaysToProbe(peers, new Set(['c1', 'h1']), 0), [], 'no peer in relay mode: nothing probed');
-    assert.deepEqual(relaysToProbe(peers, new Set(['c1', 'h1']), 1), [c1], 'a node behind NAT is never a relay');
-    assert.deepEqual(relaysToProbe(peers, new Set(), 1), [], 'a public node that does not offer is not probed');
+    const none = new Set<string>();
+    assert.deepEqual(relaysToProbe(peers, new Set(['c1', 'h1']), none, none), [], 'every peer reached directly: nothing probed');
+    assert.deepEqual(relaysToProbe(peers, new Set(['c1', 'h1']), new Set([h1]), none), [c1], 'a node behind NAT is never a relay');
+    assert.deepEqual(relaysToProbe(peers, new Set(), new Set([h1]), none), [], 'a public node that does not offer is not probed');
+    // Before any relay is asked for: a peer without a working session is enough (else a relay
+    // whose keepalives ours keep suppressing looks dead, and is never asked).
+    assert.deepEqual(relaysToProbe(peers, new Set(['c1', 'h1']), none, new Set([h1])), [c1], 'an unreachable peer starts the probes');
+    assert.deepEqual(relaysToProbe(peers, new Set(['c1', 'h1']), none, new Set([newKey()])), [], 'a key that is no mesh peer does not');
   });
 
   for (const [what, answers] of [['answers every probe', true], ['dies', false]] as const) {

@@ -21,6 +21,7 @@ import { Device } from '../../dataplane/device/device.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
+import { until } from '../helpers/until.ts';
 
 interface Received {
   data: Uint8Array;
@@ -63,13 +64,6 @@ async function client(type: 'udp4' | 'udp6'): Promise<{ socket: dgram.Socket; go
   return { socket, got };
 }
 
-async function until(condition: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
 
 /** `count` datagrams of `size` bytes (datagram i starts with i) in shared memory, PacketBatch layout. */
 function sharedBatch(count: number, size: number): { data: Uint8Array; lengths: Int32Array } {
@@ -88,7 +82,7 @@ describe('sticky sources (FfiUdpBind, loopback)', () => {
     });
     const peer = await client('udp4');
     peer.socket.send(Uint8Array.of(1), bind.port, '127.0.0.2');
-    await until(() => got.length === 1 && peer.got.length === 1, 'the datagram and its collected answer');
+    await until(() => got.length === 1 && peer.got.length === 1, 10_000, 'the datagram and its collected answer');
     const source = got[0].source;
     assert.equal(source.toString(), `127.0.0.1:${peer.socket.address().port}`, 'the remote address and port, as before');
     assert.equal(textOf(source.local), `127.0.0.2%${loopbackIndex}`, 'the local address it arrived on, and lo');
@@ -101,7 +95,7 @@ describe('sticky sources (FfiUdpBind, loopback)', () => {
     single.lengths[1] = 300;
     single.lengths[2] = 700;
     bind.sendBatch(source, single.data, 800, single.lengths, 3);
-    await until(() => peer.got.length === 1 + 1 + 8 + 3, 'every reply');
+    await until(() => peer.got.length === 1 + 1 + 8 + 3, 10_000, 'every reply');
     assert.deepEqual(peer.got.map((a) => a.address), Array(13).fill('127.0.0.2'), 'every reply left from 127.0.0.2');
     assert.deepEqual(peer.got.map((a) => a.port), Array(13).fill(bind.port));
     assert.deepEqual(peer.got.slice(2, 10).map((a) => a.data[0]), [0, 1, 2, 3, 4, 5, 6, 7], 'the GSO run, in order');
@@ -110,7 +104,7 @@ describe('sticky sources (FfiUdpBind, loopback)', () => {
 
     // The control: to the same peer without a sticky source, the kernel picks 127.0.0.1.
     bind.send(new Endpoint('127.0.0.1', peer.socket.address().port), Uint8Array.of(0xa3));
-    await until(() => peer.got.length === 14, 'the reply without a sticky source');
+    await until(() => peer.got.length === 14, 10_000, 'the reply without a sticky source');
     assert.equal(peer.got[13].address, '127.0.0.1');
   });
 
@@ -118,13 +112,13 @@ describe('sticky sources (FfiUdpBind, loopback)', () => {
     const { bind, got } = await ffiBind();
     const peer = await client('udp4');
     for (const to of ['127.0.0.2', '127.0.0.2', '127.0.0.3']) peer.socket.send(Uint8Array.of(1), bind.port, to);
-    await until(() => got.length === 3, 'three datagrams');
+    await until(() => got.length === 3, 10_000, 'three datagrams');
     const [first, again, third] = got.map((g) => g.source);
     assert.ok(first === again, 'same source and local address: the cached Endpoint');
     assert.ok(third !== first && third.equals(first), 'another local address: another Endpoint of the same peer address');
     assert.equal(textOf(third.local), `127.0.0.3%${loopbackIndex}`);
     bind.send(third, Uint8Array.of(2));
-    await until(() => peer.got.length === 1, 'the reply');
+    await until(() => peer.got.length === 1, 10_000, 'the reply');
     assert.equal(peer.got[0].address, '127.0.0.3');
   });
 
@@ -132,14 +126,14 @@ describe('sticky sources (FfiUdpBind, loopback)', () => {
     const { bind, got } = await ffiBind((data, source, self) => self.send(source, Uint8Array.of(0xb1)));
     const peer = await client('udp6');
     peer.socket.send(Uint8Array.of(1), bind.port, '::1');
-    await until(() => got.length === 1 && peer.got.length === 1, 'the datagram and its collected answer');
+    await until(() => got.length === 1 && peer.got.length === 1, 10_000, 'the datagram and its collected answer');
     const source = got[0].source;
     assert.equal(source.toString(), `[::1]:${peer.socket.address().port}`);
     assert.equal(textOf(source.local), `::1%${loopbackIndex}`);
     bind.send(source, new Uint8Array(900));
     const gso = sharedBatch(4, 800);
     bind.sendBatch(source, gso.data, 800, gso.lengths, 4);
-    await until(() => peer.got.length === 6, 'every reply');
+    await until(() => peer.got.length === 6, 10_000, 'every reply');
     assert.deepEqual(peer.got.map((a) => a.address), Array(6).fill('::1'));
     assert.equal(bind.stats.sendErrors, 0);
     assert.equal(bind.stats.sourcesCleared, 0);
@@ -154,18 +148,18 @@ describe('sticky sources (FfiUdpBind, loopback)', () => {
       const collected = bogus();
       const { bind } = await ffiBind((_data, _source, self) => self.send(collected, Uint8Array.of(0xc1)));
       peer.socket.send(Uint8Array.of(1), bind.port, host);
-      await until(() => peer.got.length === 1, 'the collected answer');
+      await until(() => peer.got.length === 1, 10_000, 'the collected answer');
       assert.equal(collected.local, undefined, 'its source was cleared');
 
       const direct = bogus();
       bind.send(direct, new Uint8Array(1000).fill(0xc2));
-      await until(() => peer.got.length === 2, 'the direct datagram');
+      await until(() => peer.got.length === 2, 10_000, 'the direct datagram');
       assert.equal(direct.local, undefined);
 
       const batched = bogus();
       const gso = sharedBatch(6, 700);
       bind.sendBatch(batched, gso.data, 700, gso.lengths, 6);
-      await until(() => peer.got.length === 8, 'the batch');
+      await until(() => peer.got.length === 8, 10_000, 'the batch');
       assert.equal(batched.local, undefined);
       assert.deepEqual(peer.got.slice(2).map((a) => a.data[0]), [0, 1, 2, 3, 4, 5], 'the batch, whole and in order');
       assert.deepEqual(peer.got.map((a) => a.address), Array(8).fill(host), 'from the address the kernel picks');
@@ -179,11 +173,11 @@ describe('sticky sources (FfiUdpBind, loopback)', () => {
     const { bind, got } = await ffiBind();
     const peer = await client('udp4');
     peer.socket.send(Uint8Array.of(1), bind.port, '127.0.0.2');
-    await until(() => got.length === 1, 'the first datagram');
+    await until(() => got.length === 1, 10_000, 'the first datagram');
     const first = got[0].source;
     first.local = undefined; // what the bind does when the kernel refuses the source
     peer.socket.send(Uint8Array.of(2), bind.port, '127.0.0.2');
-    await until(() => got.length === 2, 'the second datagram');
+    await until(() => got.length === 2, 10_000, 'the second datagram');
     const second = got[1].source;
     assert.ok(second !== first);
     assert.equal(textOf(second.local), `127.0.0.2%${loopbackIndex}`);
@@ -209,11 +203,11 @@ describe('sticky sources over two Devices (FfiUdpBind, loopback)', () => {
       a.device.core.addPeer(b.device.core.ourPublicKey!, { allowedIps: ['10.0.0.2/32'] });
       b.device.core.addPeer(a.device.core.ourPublicKey!, { endpoint: new Endpoint('127.0.0.2', a.bind.port), allowedIps: ['10.0.0.1/32'] });
       b.tun.inject(buildEchoRequest({ src: '10.0.0.2', dst: '10.0.0.1', id: 1, seq: 0 }));
-      await until(() => a.tun.written.length === 1, 'the first packet (after the handshake)', 15_000);
+      await until(() => a.tun.written.length === 1, 15_000, 'the first packet (after the handshake)');
       for (let seq = 1; seq <= 50; seq++) {
         a.tun.inject(buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 2, seq, payload: new Uint8Array(seq * 20) }));
       }
-      await until(() => b.tun.written.length === 50, 'A\'s packets at B', 15_000);
+      await until(() => b.tun.written.length === 50, 15_000, 'A\'s packets at B');
       assert.deepEqual(b.tun.written.map((p) => parseEcho(p)?.seq), [...Array(50).keys()].map((i) => i + 1));
       const peerAtB = [...b.device.core.peers][0];
       const peerAtA = [...a.device.core.peers][0];
