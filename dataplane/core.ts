@@ -33,6 +33,7 @@ import type { Keypair } from './session/keypair.ts';
 import { KeypairTable } from './session/keypair-table.ts';
 import { Peer, type CoreOutputs, type PeerHost, type PeerOptions } from './session/peer.ts';
 import { TRANSPORT_OVERHEAD, ZERO_KEY, openTransport } from './session/transport.ts';
+import { OPENED, ZERO_KEY_REFUSED, type OpenedTransport } from './session/transport-opener.ts';
 
 export { Peer, type CoreOutputs } from './session/peer.ts';
 
@@ -323,6 +324,30 @@ export class WireGuardCore implements PeerHost {
       return;
     }
     this.finishTransport(incoming.peer!, keypair, incoming.counter, plaintext, datagram.length, source);
+  }
+
+  /**
+   * A transport message the bind's opener already opened in place (session/transport-opener.ts),
+   * or tried to: `opened` says how, and under which keypair slot. A refused one is counted after
+   * the same checks as any transport message (beginTransport: index, age, counter limit). An
+   * opened one counts only if its index still names the live keypair it was opened under (else
+   * 'keypair-retired': retired or replaced since), then passes the same checks and
+   * finishTransport, as if opened here.
+   */
+  receiveOpenedTransport(datagram: Uint8Array, source: Endpoint, opened: OpenedTransport): void {
+    const incoming = this.incoming;
+    if (opened.outcome !== OPENED) {
+      if (this.beginTransport(datagram, incoming)) this.drops.count(opened.outcome === ZERO_KEY_REFUSED ? 'zero-key' : 'decryption-failed');
+      return;
+    }
+    const keypair = this.indexTable.lookup(readU32(datagram, TRANSPORT.receiver))?.keypair;
+    if (!keypair || keypair.retired || keypair.at.slot !== opened.slot || keypair.at.generation !== opened.generation) {
+      this.drops.count('keypair-retired');
+      return;
+    }
+    if (!this.beginTransport(datagram, incoming)) return;
+    const start = TRANSPORT_HEADER_SIZE;
+    this.finishTransport(incoming.peer!, keypair, incoming.counter, datagram.subarray(start, start + opened.length), datagram.length, source);
   }
 
   /**

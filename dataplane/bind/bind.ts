@@ -6,6 +6,37 @@
  */
 import type { Endpoint } from '../net/endpoint.ts';
 import type { Liveness } from '../watchdog.ts';
+import type { SlotAead } from '../crypto/primitives.ts';
+import type { SelectOptions } from '../crypto/select.ts';
+import type { KeypairTable } from '../session/keypair-table.ts';
+import type { SharedIndexMap } from '../session/shared-index-map.ts';
+import type { OpenedTransport } from '../session/transport-opener.ts';
+
+/**
+ * What a bind needs to open transport messages before the handler sees them
+ * (session/transport-opener.ts): the device's shared session state and its AEAD.
+ */
+export interface TransportOpening {
+  keypairs: KeypairTable;
+  indices: SharedIndexMap;
+  /** The AEAD, for a bind that opens on the calling thread (MemoryBind). */
+  aead: SlotAead;
+  /** How a bind's own thread picks its AEAD (as `aead` was picked: ROAMGUARD_CRYPTO, ROAMGUARD_LIBSODIUM). */
+  selection: Pick<SelectOptions, 'only' | 'libsodium'>;
+}
+
+/**
+ * Gets each received datagram (valid only during the call) with its source, and what the bind's
+ * opener did to it (`opened.outcome`: NOT_OPENED unless the bind opens, see TransportOpening).
+ * `opened` is reused for the next datagram.
+ */
+export type ReceiveHandler = (datagram: Uint8Array, source: Endpoint, opened: OpenedTransport) => void;
+
+/** Brackets each run of datagrams the bind hands over: what the handler produced is flushed at `end`. */
+export interface DeliveryBracket {
+  begin(): void;
+  end(): void;
+}
 
 export interface BindStats {
   received: number;
@@ -29,8 +60,16 @@ export interface Bind {
    * a copy. As with send, the bytes may be reused by the caller as soon as this returns.
    */
   sendBatch?(to: Endpoint, data: Uint8Array, stride: number, lengths: ArrayLike<number>, count: number): void;
-  /** The handler gets each datagram (valid only during the call) with its source. */
-  onReceive(handler: (datagram: Uint8Array, source: Endpoint) => void): void;
+  /**
+   * Sets the handler of received datagrams; `delivery`, when given, brackets each run of them
+   * (the datagrams' bytes stay valid until its `end`).
+   */
+  onReceive(handler: ReceiveHandler, delivery?: DeliveryBracket): void;
+  /**
+   * Optional: from now on, opens transport messages of the sessions in `opening` before the
+   * handler sees them (FfiUdpBind: in its reader thread; MemoryBind: as a datagram arrives).
+   */
+  openTransport?(opening: TransportOpening): void;
   /**
    * Optional: the handler learns of datagrams the kernel dropped before the bind could receive
    * them (a full socket receive queue), `dropped` more each call (FfiUdpBind: SO_RXQ_OVFL).

@@ -75,7 +75,7 @@
  * Same code on Node and Bun. Layouts (mmsghdr 64 bytes, iovec 16, little-endian) are those of
  * 64-bit Linux on x86-64 and AArch64.
  */
-import type { Worker } from 'node:worker_threads';
+import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import { Endpoint, LocalSource } from '../net/endpoint.ts';
 import { formatIp } from '../net/ip.ts';
 import {
@@ -86,11 +86,14 @@ import {
   SO_RXQ_OVFL, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
 import { startWorker } from '../sys/threads.ts';
-import type { Bind, BindStats } from './bind.ts';
+import type { Bind, BindStats, DeliveryBracket, ReceiveHandler, TransportOpening } from './bind.ts';
+import { NOT_OPENED, readRecord, type OpenedTransport } from '../session/transport-opener.ts';
+import { shareSessions } from '../session/shared-sessions.ts';
 import { StallWatch, WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 import type { UdpReaderConfig } from './udp-reader-worker.ts';
 import {
-  KERNEL_DROPS, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, NAME_SIZE, READER_FAILED, READ_ERRORS, TRUNCATED, UDP_RING_SLOTS, UDP_SLOT_SIZE,
+  KERNEL_DROPS, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, NAME_SIZE, OPENER_FAILED, READER_FAILED, READ_ERRORS, SLOT_RECORD_INTS, TRUNCATED,
+  UDP_RING_SLOTS, UDP_SLOT_SIZE,
   udpRingOffsets, udpRingViews, type UdpRingViews,
 } from './udp-ring.ts';
 import {
@@ -514,6 +517,9 @@ class Session {
   failed = false;
   /** Identifies the current wait; a wake-up of an abandoned one (the watchdog's recovery) is ignored. */
   waitToken = 0;
+  /** With opening: the port the reader learns of new session state from, and the unsubscribe. */
+  sessionsPort: MessagePort | undefined;
+  stopSharing: (() => void) | undefined;
 
   constructor(
     readonly fd4: number,
@@ -590,7 +596,12 @@ export class FfiUdpBind implements Bind, Liveness {
   /** True while received datagrams are being handed to the handler: small sends are collected (DeferredArea). */
   private delivering = false;
   private session: Session | undefined;
-  private handler: (datagram: Uint8Array, source: Endpoint) => void = () => {};
+  private handler: ReceiveHandler = () => {};
+  private delivery: DeliveryBracket | undefined;
+  /** What the reader threads open (openTransport), for readers started from then on. */
+  private opening: TransportOpening | undefined;
+  /** Reused for each datagram handed over. */
+  private readonly openedRecord: OpenedTransport = { outcome: NOT_OPENED, length: 0, slot: 0, generation: 0 };
   private kernelDropsHandler: (dropped: number) => void = () => {};
   private backlogHandler: (pending: number, capacity: number) => void = () => {};
   /** stats.kernelDrops as last reported to kernelDropsHandler. */
@@ -637,8 +648,21 @@ export class FfiUdpBind implements Bind, Liveness {
     return { v4: s?.fd4 ?? -1, v6: s?.fd6 ?? -1 };
   }
 
-  onReceive(handler: (datagram: Uint8Array, source: Endpoint) => void): void {
+  onReceive(handler: ReceiveHandler, delivery?: DeliveryBracket): void {
     this.handler = handler;
+    this.delivery = delivery;
+  }
+
+  /** Reader threads started from now on (each open()) open transport messages in place. */
+  openTransport(opening: TransportOpening): void {
+    this.opening = opening;
+  }
+
+  /** Whether the current reader thread opens transport messages (false until it runs, and when it could not load an AEAD). */
+  get opensTransport(): boolean {
+    const session = this.session;
+    return session !== undefined && session.sessionsPort !== undefined && Atomics.load(session.views.header, STATE) === STATE_RUNNING
+      && Atomics.load(session.views.header, OPENER_FAILED) === 0;
   }
 
   onKernelDrops(handler: (dropped: number) => void): void {
@@ -846,8 +870,18 @@ export class FfiUdpBind implements Bind, Liveness {
     const config: UdpReaderConfig = {
       fds: session.fds, wakeFd: session.wakeFd, buffer: session.buffer, slots: session.slots, slotSize: session.slotSize,
     };
+    const opening = this.opening;
+    if (opening !== undefined) {
+      // New chunks and a moved index map reach the reader through this port; it reads it only when it needs to.
+      const { port1, port2 } = new MessageChannel();
+      port1.unref();
+      const shared = shareSessions(opening.keypairs, opening.indices, (message) => port1.postMessage(message));
+      session.sessionsPort = port1;
+      session.stopSharing = shared.stop;
+      config.opening = { selection: { ...opening.selection }, sessions: shared.init, port: port2 };
+    }
     const entry = new URL(`./udp-reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
-    const worker = startWorker(entry, { ...config });
+    const worker = startWorker(entry, { ...config }, config.opening ? [config.opening.port] : undefined);
     session.worker = worker;
     liveReaders++;
     session.exited = new Promise<void>((resolve) => worker.once('exit', () => { liveReaders--; resolve(); }));
@@ -943,6 +977,8 @@ export class FfiUdpBind implements Bind, Liveness {
     }
     for (const fd of session.fds) libc.close(fd);
     libc.close(session.wakeFd);
+    session.stopSharing?.();
+    session.sessionsPort?.close();
     this.stats.detach();
     settleWaits(header); // a pending wait for data, and ready()
     if (previous !== STATE_BOOTING) await session.exited; // a stopped reader ends at once
@@ -988,7 +1024,7 @@ export class FfiUdpBind implements Bind, Liveness {
    * rethrown from a microtask, with the ring kept consistent.
    */
   private deliverReady(session: Session, limit: number): boolean {
-    const { header, lengths, offsets } = session.views;
+    const { header, lengths, offsets, opened, records } = session.views;
     const write = Atomics.load(header, WRITE_SEQ);
     let seq = session.readSeq;
     const count = seqDistance(write, seq);
@@ -1006,7 +1042,14 @@ export class FfiUdpBind implements Bind, Liveness {
       failure ??= err;
     }
     let delivered = 0;
+    const record = this.openedRecord;
+    const delivery = this.delivery;
     this.delivering = true;
+    try {
+      delivery?.begin();
+    } catch (err) {
+      failure ??= err;
+    }
     for (let i = 0; i < count && !session.closed; i++) {
       if (delivered >= limit) {
         more = true;
@@ -1022,17 +1065,26 @@ export class FfiUdpBind implements Bind, Liveness {
       // One datagram, or (UDP GRO) several of `size` bytes back to back, the last maybe shorter.
       const size = segments[slot];
       const step = size > 0 && size < length ? size : Math.max(length, 1);
+      // What the reader's opener did to each of them (session/transport-opener.ts).
+      const recordsAt = slot * SLOT_RECORD_INTS;
+      const written = opened[slot];
       let offset = 0;
+      let k = 0;
       do {
         stats.received++;
         try {
-          handler(new Uint8Array(buffer, start + offset, Math.min(step, length - offset)), source);
+          handler(new Uint8Array(buffer, start + offset, Math.min(step, length - offset)), source, readRecord(records, recordsAt, k++, written, record));
         } catch (err) {
           failure ??= err ?? new Error('UDP datagram handler threw a nullish value');
         }
         offset += step;
         delivered++;
       } while (offset < length && !session.closed);
+    }
+    try {
+      delivery?.end(); // before the slots are released: what it writes may be views into them
+    } catch (err) {
+      failure ??= err;
     }
     this.delivering = false;
     this.flushDeferred();

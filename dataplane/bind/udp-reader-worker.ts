@@ -15,6 +15,13 @@
  * reader publishes the latest count per socket (KERNEL_DROPS), so the main thread can count those
  * drops too, though it never saw the datagrams.
  *
+ * Asked to (`opening`), the reader opens transport messages of known sessions in place before it
+ * publishes their slot (session/transport-opener.ts, docs/data-workers.md step 2a): it loads the
+ * AEAD provider as a crypto worker does, finds keys through the shared keypair table and index
+ * map, and learns of new table chunks and a moved map from its MessagePort (read only when it
+ * meets one it lacks: it never returns to its event loop). Each slot then carries one outcome
+ * record per datagram, which the main thread acts on.
+ *
  * Stopping follows the TUN reader (tun/reader-worker.ts): poll also watches an eventfd the main
  * thread writes to; the main thread sets STATE to STOP_REQUESTED, and the worker answers STOPPED
  * and touches the sockets no more, after which the main thread closes them.
@@ -22,12 +29,16 @@
  * Runs under Node (started through a tsx trampoline, see ffi-udp-bind.ts) and Bun alike; libc is
  * bound again in this thread (koffi or bun:ffi).
  */
-import { workerData } from 'node:worker_threads';
+import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
 import {
   CMSGHDR_SIZE, EAGAIN, EBADF, EINTR, IPPROTO_IP, IPPROTO_IPV6, IPV6_PKTINFO, IP_PKTINFO, MSG_DONTWAIT, MSG_TRUNC, MMSGHDR_SIZE, IOVEC_SIZE,
   POLLIN, POLLNVAL, SOCKADDR_IN6_SIZE, SOL_SOCKET, SOL_UDP, SO_RXQ_OVFL, UDP_GRO, loadLibc, type Libc } from '../sys/libc.ts';
 import {
-  CONTROL_SIZE, KERNEL_DROPS, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, NAME_SIZE, READ_ERRORS, TRUNCATED, udpRingViews } from './udp-ring.ts';
+  CONTROL_SIZE, KERNEL_DROPS, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, NAME_SIZE, OPENER_FAILED, READ_ERRORS, SLOT_RECORD_INTS, TRUNCATED,
+  udpRingViews } from './udp-ring.ts';
+import { selectAead, type SelectOptions } from '../crypto/select.ts';
+import { TransportOpener } from '../session/transport-opener.ts';
+import { SharedSessionsView, type SharedSessionsInit, type SharedSessionsMessage } from '../session/shared-sessions.ts';
 import {
   LAST_ERRNO, READ_SEQ, WRITE_SEQ, awaitRoom, beginRunning, finishWorker, publish, seqAdd, seqDistance } from '../ring/shared-ring.ts';
 
@@ -39,6 +50,14 @@ export interface UdpReaderConfig {
   buffer: SharedArrayBuffer;
   slots: number;
   slotSize: number;
+  /** Open transport messages in place (absent: hand every datagram over as it came). */
+  opening?: {
+    /** How to pick the AEAD: as the main thread picked its own. */
+    selection: Pick<SelectOptions, 'only' | 'libsodium'>;
+    sessions: SharedSessionsInit;
+    /** Where the main thread posts SharedSessionsMessages. */
+    port: MessagePort;
+  };
 }
 
 /** At most this many datagrams per recvmmsg (the kernel's limit is UIO_MAXIOV = 1024). */
@@ -69,9 +88,10 @@ function buildMessageHeaders(libc: Libc, config: UdpReaderConfig, offsets: Retur
   }
 }
 
-export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
-  const { fds, wakeFd, buffer, slots } = config;
-  const { header, lengths, segments, locals, offsets } = udpRingViews(buffer, config);
+export function runUdpReader(libc: Libc, config: UdpReaderConfig, opener?: TransportOpener): void {
+  const { fds, wakeFd, buffer, slots, slotSize } = config;
+  const { header, lengths, segments, locals, opened, records, offsets } = udpRingViews(buffer, config);
+  const bytes = new Uint8Array(buffer);
   // The control buffers as 32-bit words: per slot, cmsg_len at +0, cmsg_level at +2, cmsg_type at +3, the value at +4.
   const control32 = new Int32Array(buffer, offsets.controls, (slots * CONTROL_SIZE) / 4);
   const CONTROL_WORDS = CONTROL_SIZE / 4;
@@ -162,6 +182,10 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
           }
           segments[slot] = segment;
           locals[local + LOCAL_FAMILY] = localFamily;
+          const length = lengths[slot];
+          opened[slot] = opener !== undefined && length > 0
+            ? opener.openMessage(bytes, offsets.data + slot * slotSize, length, segment, records, slot * SLOT_RECORD_INTS)
+            : 0;
           msg32[words + 2] = SOCKADDR_IN6_SIZE; // the kernel wrote the actual name length back
           msg32[words + 10] = CONTROL_SIZE; // and the control length
         }
@@ -201,8 +225,23 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig): void {
   }
 }
 
+/** The opener the config asks for; undefined (OPENER_FAILED set) when no AEAD provider loads here. */
+async function openerFor(config: UdpReaderConfig): Promise<TransportOpener | undefined> {
+  const opening = config.opening;
+  if (opening === undefined) return undefined;
+  try {
+    const aead = await selectAead(opening.selection);
+    const port = opening.port;
+    const sessions = new SharedSessionsView(opening.sessions, () => receiveMessageOnPort(port)?.message as SharedSessionsMessage | undefined);
+    return new TransportOpener(aead, sessions.chunkAt, sessions.indices);
+  } catch {
+    Atomics.store(new Int32Array(config.buffer), OPENER_FAILED, 1);
+    return undefined;
+  }
+}
+
 const config = workerData as UdpReaderConfig | undefined;
 if (config && Array.isArray(config.fds) && config.buffer instanceof SharedArrayBuffer) {
-  const libc = await loadLibc();
-  runUdpReader(libc, config);
+  const [libc, opener] = await Promise.all([loadLibc(), openerFor(config)]);
+  runUdpReader(libc, config, opener);
 }

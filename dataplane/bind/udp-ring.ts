@@ -13,6 +13,9 @@
  *   locals   32 bytes per slot: the local address the datagram arrived on (see LOCAL_WORDS)
  *   controls 128 bytes per slot: the control messages the kernel writes (UDP_GRO's segment size,
  *            SO_RXQ_OVFL's drop count, IP_PKTINFO / IPV6_PKTINFO)
+ *   opened   int32 per slot: how many of the slot's datagrams have an outcome record (the reader
+ *            opens transport messages in place: session/transport-opener.ts)
+ *   records  MAX_RUN outcome records (RECORD_INTS int32 each) per slot
  *   msgs     one struct mmsghdr per slot (64 bytes), built once by the worker
  *   iovecs   one struct iovec per slot (16 bytes): the slot's data
  *   data     `slotSize` bytes per slot, page-aligned
@@ -22,6 +25,7 @@
  */
 import { IOVEC_SIZE, MMSGHDR_SIZE } from '../sys/libc.ts';
 import { FAILED, RING_HEADER_INTS, checkSlots } from '../ring/shared-ring.ts';
+import { MAX_RUN, RECORD_INTS } from '../session/transport-opener.ts';
 
 /** Set to 1 by the reader when it ended on an error of its own (poll failed, a socket became unusable). */
 export const READER_FAILED = FAILED;
@@ -36,8 +40,13 @@ export const TRUNCATED = RING_HEADER_INTS + 1;
  * datagram received reported it: an unsigned 32-bit count, cumulative since the socket was made.
  */
 export const KERNEL_DROPS = RING_HEADER_INTS + 2;
-/** The UDP ring's header: the ring header, READ_ERRORS, TRUNCATED, then KERNEL_DROPS for two sockets. */
-export const UDP_HEADER_INTS = KERNEL_DROPS + 2;
+/** Set to 1 by a reader that was asked to open transport messages and could not load an AEAD. */
+export const OPENER_FAILED = KERNEL_DROPS + 2;
+/** The UDP ring's header: the ring header, READ_ERRORS, TRUNCATED, KERNEL_DROPS for two sockets, OPENER_FAILED. */
+export const UDP_HEADER_INTS = OPENER_FAILED + 1;
+/** Outcome records per slot, and int32 per slot's records. */
+export const SLOT_RECORDS = MAX_RUN;
+export const SLOT_RECORD_INTS = MAX_RUN * RECORD_INTS;
 
 /** Bytes reserved per source address (sizeof(struct sockaddr_in6) = 28, rounded up). */
 export const NAME_SIZE = 32;
@@ -73,6 +82,8 @@ export interface UdpRingOffsets {
   segments: number;
   locals: number;
   controls: number;
+  opened: number;
+  records: number;
   msgs: number;
   iovecs: number;
   data: number;
@@ -90,10 +101,12 @@ export function udpRingOffsets(layout: UdpRingLayout): UdpRingOffsets {
   const segments = align(names + slots * NAME_SIZE, 64);
   const locals = align(segments + slots * 4, 64);
   const controls = align(locals + slots * LOCAL_WORDS * 4, 64);
-  const msgs = align(controls + slots * CONTROL_SIZE, 64);
+  const opened = align(controls + slots * CONTROL_SIZE, 64);
+  const records = align(opened + slots * 4, 64);
+  const msgs = align(records + slots * SLOT_RECORD_INTS * 4, 64);
   const iovecs = msgs + slots * MMSGHDR_SIZE;
   const data = align(iovecs + slots * IOVEC_SIZE, 4096);
-  return { lengths, names, segments, locals, controls, msgs, iovecs, data, total: data + slots * slotSize };
+  return { lengths, names, segments, locals, controls, opened, records, msgs, iovecs, data, total: data + slots * slotSize };
 }
 
 export interface UdpRingViews {
@@ -103,6 +116,10 @@ export interface UdpRingViews {
   segments: Int32Array;
   /** Per slot, LOCAL_WORDS words: the local address the datagram arrived on. */
   locals: Int32Array;
+  /** Per slot: how many outcome records the reader wrote (0: nothing was opened). */
+  opened: Int32Array;
+  /** Per slot, SLOT_RECORD_INTS words: the outcome records (transport-opener.ts). */
+  records: Int32Array;
   /** All source addresses, NAME_SIZE bytes per slot, as bytes and as 16- and 32-bit words. */
   names: Uint8Array;
   names16: Uint16Array;
@@ -118,6 +135,8 @@ export function udpRingViews(buffer: SharedArrayBuffer, layout: UdpRingLayout): 
     lengths: new Int32Array(buffer, offsets.lengths, layout.slots),
     segments: new Int32Array(buffer, offsets.segments, layout.slots),
     locals: new Int32Array(buffer, offsets.locals, layout.slots * LOCAL_WORDS),
+    opened: new Int32Array(buffer, offsets.opened, layout.slots),
+    records: new Int32Array(buffer, offsets.records, layout.slots * SLOT_RECORD_INTS),
     names: new Uint8Array(buffer, offsets.names, layout.slots * NAME_SIZE),
     names16: new Uint16Array(buffer, offsets.names, (layout.slots * NAME_SIZE) / 2),
     names32: new Uint32Array(buffer, offsets.names, (layout.slots * NAME_SIZE) / 4),

@@ -2,10 +2,10 @@
  * Device: the protocol core wired to a TUN device, a UDP bind and a crypto pool.
  *
  *   TUN read (batch) -> OutboundPipeline (send.ts) -> sealed datagrams -> bind.send
- *   bind receive -> InboundPipeline (receive.ts) -> decrypted packets -> TUN write
+ *   bind receive, opened in the bind's reader -> receive (receive.ts) -> packets -> TUN write
  *
- * With `threads: 0` there is no pool: packets go through the core's single-threaded path
- * (core.sendPacket / core.receiveDatagram), which copies less and suits one-core hosts.
+ * With `threads: 0` there is no pool: outbound packets go through the core's single-threaded
+ * path (core.sendPacket), which copies less and suits one-core hosts.
  *
  * The device depends only on the narrow Tun, Bind and CryptoPool interfaces, so tests run it over
  * in-memory doubles. It also implements what the control socket needs beyond the core
@@ -22,7 +22,7 @@ import { SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../pool/cryp
 import type { SelectOptions } from '../crypto/select.ts';
 import { BatchPool, slotSizeForMtu } from '../pool/packet-batch.ts';
 import { OutboundPipeline } from './send.ts';
-import { InboundPipeline } from './receive.ts';
+import { receive } from './receive.ts';
 import { DROP_REASONS } from '../drop-counters.ts';
 import type { Peer } from '../session/peer.ts';
 import { STATS_VERSION, type DeviceStats } from '../uapi/uapi-stats.ts';
@@ -59,11 +59,11 @@ export class Device {
   fwmark = 0;
   private ticker: ReturnType<typeof setInterval> | undefined;
   private readonly single: Uint8Array[] = [new Uint8Array(0)];
-  /** Packets delivered during one inbound batch (views into the batch, valid until its end). */
+  /** Packets delivered during one run of received datagrams (views into the bind's buffers, valid until its end). */
   private collecting = false;
   private readonly collected: Uint8Array[] = [];
   private collectedCount = 0;
-  /** The inbound pipeline brackets each batch's delivery with these: one TUN write call per batch. */
+  /** The bind brackets each run of received datagrams with these: one TUN write call per run. */
   private readonly delivery = {
     begin: (): void => {
       this.collecting = true;
@@ -86,7 +86,6 @@ export class Device {
   readonly pool: CryptoPool | undefined;
   private readonly givenPool: CryptoPool | undefined;
   private readonly outbound: OutboundPipeline | undefined;
-  private readonly inbound: InboundPipeline | undefined;
   /** The pool whose queue `stats()` reports (the worker side of a split pool). */
   private readonly queuedPool: { readonly queueDepth?: number } | undefined;
   /** The watched hand-offs (crypto pool, TUN reader ring, UDP reader ring): their stalls are logged and counted. */
@@ -107,7 +106,7 @@ export class Device {
         sendDatagram: (to, datagram) => this.bind.send(to, datagram),
         deliverPacket: (packet) => {
           if (this.collecting) {
-            // Inside an inbound batch: written together at its end (the TUN may coalesce them).
+            // Inside a run of received datagrams: written together at its end (the TUN may coalesce them).
             this.collected[this.collectedCount++] = packet;
             return;
           }
@@ -145,12 +144,13 @@ export class Device {
     if (this.pool) {
       const batches = new BatchPool(slotSizeForMtu(Math.max(this.tun.mtu, 1500)));
       this.outbound = new OutboundPipeline(this.core, this.bind, this.pool, batches);
-      this.inbound = new InboundPipeline(this.core, this.pool, batches, this.delivery);
-      const inbound = this.inbound;
-      this.bind.onReceive((datagram, source) => inbound.receive(datagram, source));
-    } else {
-      this.bind.onReceive((datagram, source) => this.core.receiveDatagram(datagram, source));
     }
+    // Transport messages are opened where they are received (receive.ts).
+    this.bind.openTransport?.({
+      keypairs: this.core.keypairTable, indices: this.core.indexTable.shared, aead: options.crypto, selection: options.cryptoSelection ?? {},
+    });
+    const core = this.core;
+    this.bind.onReceive((datagram, source, opened) => receive(core, datagram, source, opened), this.delivery);
     // What the kernel dropped from a full receive queue is counted, and means overload.
     this.bind.onKernelDrops?.((dropped) => this.core.reportReceiveOverflow(dropped));
     this.bind.onBacklog?.((pending, capacity) => this.core.reportReceiveBacklog(pending, capacity));

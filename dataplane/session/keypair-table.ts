@@ -152,9 +152,22 @@ export class KeypairTable {
   /** Slots retired while held: FREE once their last holder (any thread) zeroed them. */
   private retiredHeld: number[] = [];
 
+  /** How each other thread is handed a new chunk (onChunk). */
+  private readonly chunkListeners = new Set<(number: number, buffer: SharedArrayBuffer) => void>();
+
   /** The chunks so far (a thread that uses slot numbers needs chunk slot / CHUNK_SLOTS). */
   get chunkBuffers(): readonly SharedArrayBuffer[] {
     return this.chunks.map((c) => c.buffer);
+  }
+
+  /**
+   * Hands `deliver` every chunk added from now on, before any of its slots is given out (so
+   * before the index map can name one); the chunks so far are chunkBuffers. Returns the
+   * unsubscribe.
+   */
+  onChunk(deliver: (number: number, buffer: SharedArrayBuffer) => void): () => void {
+    this.chunkListeners.add(deliver);
+    return () => this.chunkListeners.delete(deliver);
   }
 
   /**
@@ -206,8 +219,10 @@ export class KeypairTable {
     const reused = this.free.pop();
     if (reused !== undefined) return reused;
     if (this.unusedTail === 0) {
-      this.chunks.push(newChunk());
+      const chunk = newChunk();
+      this.chunks.push(chunk);
       this.unusedTail = CHUNK_SLOTS;
+      for (const deliver of this.chunkListeners) deliver(this.chunks.length - 1, chunk.buffer);
     }
     return this.chunks.length * CHUNK_SLOTS - this.unusedTail--;
   }

@@ -12,7 +12,7 @@ import { buildEchoRequest, parseEcho } from '../system/packets.ts';
 import { makeDevicePair } from '../helpers/device-pair.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { Device } from '../../dataplane/device/device.ts';
-import { MemoryNetwork } from '../../dataplane/bind/memory-bind.ts';
+import { MemoryNetwork, type MemoryBind } from '../../dataplane/bind/memory-bind.ts';
 import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { until } from '../helpers/until.ts';
@@ -43,7 +43,7 @@ function makePair(mode: 'inline' | 'workers', givenPool?: CryptoPool) {
 }
 
 describe('device pipelines', () => {
-  test('a lone small packet skips the batch pipeline both ways; bulk traffic and what follows it take it, in order', async () => {
+  test('a lone small packet skips the batch pipeline; bulk traffic and what follows it take it; every transport message is opened by the bind; in order', async () => {
     const counting = countingPool(pool);
     const pair = await makePair('workers', counting.pool);
     try {
@@ -55,13 +55,18 @@ describe('device pipelines', () => {
         await until(() => pair.b.tun.written.length === seq + 1);
       }
       assert.deepEqual(counting.counts, { seal: 0, open: 0 }, 'pings one at a time never reach the pool');
+      const before = { ...(pair.b.bind as MemoryBind).openerCounts! };
       // A burst of full-size packets, then a small one in the same read and one right behind it.
       for (let seq = 6; seq < 70; seq++) pair.a.tun.inject(small(seq, 1300));
       pair.a.tun.inject(small(70));
       await new Promise((r) => setImmediate(r));
       pair.a.tun.inject(small(71));
       await until(() => pair.b.tun.written.length === 72);
-      assert.ok(counting.counts.seal > 0 && counting.counts.open > 0, `the burst went through the pool: ${JSON.stringify(counting.counts)}`);
+      assert.ok(counting.counts.seal > 0, `the burst was sealed in the pool: ${JSON.stringify(counting.counts)}`);
+      assert.equal(counting.counts.open, 0, 'nothing is opened in the pool: the receiving bind opens on arrival (receive.ts)');
+      const opener = (pair.b.bind as MemoryBind).openerCounts!;
+      assert.equal(opener.opened - before.opened, 66, `the bind opened each of the 66 datagrams: ${JSON.stringify(opener)}`);
+      assert.equal(opener.left - before.left, 0, 'and left none to the main thread');
       assert.deepEqual(pair.b.tun.written.map((p) => parseEcho(p)?.seq), [...Array(72).keys()], 'in order');
       assert.deepEqual(pair.b.device.core.drops.snapshot(), {});
     } finally {

@@ -18,6 +18,10 @@ import { WorkerCryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
 import { until } from '../helpers/until.ts';
+import { filledKey, payload, transportMessage } from '../helpers/transport-message.ts';
+import { CHUNK_SLOTS, HOLDS_MASK, KeypairTable, slotState } from '../../dataplane/session/keypair-table.ts';
+import { SharedIndexMap } from '../../dataplane/session/shared-index-map.ts';
+import { AUTH_FAILED, NOT_OPENED, OPENED, type OpenedTransport } from '../../dataplane/session/transport-opener.ts';
 import {
   AF_INET, EAGAIN, EINVAL, SOCKADDR_IN_SIZE, SOCK_DGRAM, SOL_SOCKET, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, loadLibc, type Libc,
 } from '../../dataplane/sys/libc.ts';
@@ -559,6 +563,62 @@ describe('FfiUdpBind', () => {
     }
   });
 
+});
+
+describe('FfiUdpBind opening transport messages in its reader thread', () => {
+  test('opened in place (single datagrams and UDP GRO runs), forged ones refused, keypairs and map growth after the start learnt', async () => {
+    const crypto = await selectCrypto();
+    const keypairs = new KeypairTable();
+    const indices = new SharedIndexMap();
+    const add = (index: number, fill: number) => {
+      const at = keypairs.allocate(filledKey(0x55), filledKey(fill));
+      indices.set(index, at.slot, at.generation);
+      return at;
+    };
+    const first = add(0x100, 1);
+    const bind = new FfiUdpBind();
+    bind.openTransport({ keypairs, indices, aead: crypto, selection: {} });
+    const got: Array<{ data: Uint8Array; opened: OpenedTransport }> = [];
+    bind.onReceive((data, _source, opened) => got.push({ data: data.slice(), opened: { ...opened } }));
+    opened.push(bind);
+    await bind.open(0);
+    await bind.ready();
+    assert.equal(bind.opensTransport, true, 'the reader loaded an AEAD and opens');
+    const a = await ffiBind();
+    const to = new Endpoint('127.0.0.1', bind.port);
+
+    a.bind.send(to, transportMessage(crypto, 0x100, 1, 5, payload(200, 1)));
+    a.bind.send(to, transportMessage(crypto, 0x100, 9, 6, payload(200, 2))); // forged: another key
+    a.bind.send(to, transportMessage(crypto, 0x999, 1, 7, payload(200, 3))); // no such index
+    await until(() => got.length === 3, 10_000, 'three datagrams');
+    assert.deepEqual(got[0].opened, { outcome: OPENED, length: 200, slot: first.slot, generation: first.generation });
+    assert.deepEqual(got[0].data.subarray(16, 216), payload(200, 1), 'the plaintext, in place');
+    assert.equal(got[1].opened.outcome, AUTH_FAILED);
+    assert.equal(got[2].opened.outcome, NOT_OPENED);
+    assert.deepEqual(got[2].data, transportMessage(crypto, 0x999, 1, 7, payload(200, 3)), 'left as it came');
+
+    // While the reader runs: a new table chunk and a moved index map, which it learns over its port.
+    const late = [];
+    for (let i = 0; i < CHUNK_SLOTS + 700; i++) late.push(add(0x10000 + i, (i % 250) + 1));
+    got.length = 0;
+    const last = CHUNK_SLOTS + 699;
+    a.bind.send(to, transportMessage(crypto, 0x10000 + last, (last % 250) + 1, 1, payload(64, 4)));
+    await until(() => got.length === 1, 10_000, 'a datagram for a late keypair');
+    assert.deepEqual([got[0].opened.outcome, got[0].opened.slot], [OPENED, late[last].slot]);
+
+    // A batch of 32 equal datagrams leaves as one UDP GSO message and arrives as one GRO run.
+    got.length = 0;
+    const stride = 16 + 1200 + 16;
+    const { data, lengths } = sharedBatch(32, stride, () => stride);
+    for (let i = 0; i < 32; i++) data.set(transportMessage(crypto, 0x100, 1, 100 + i, payload(1200, i)), i * stride);
+    a.bind.sendBatch(to, data, stride, lengths, 32);
+    await until(() => got.length === 32, 10_000, 'the batch');
+    got.forEach((r, i) => {
+      assert.equal(r.opened.outcome, OPENED, `datagram ${i}`);
+      assert.deepEqual(r.data.subarray(16, 1216), payload(1200, i));
+    });
+    for (const at of [first, late[last]]) assert.equal(slotState(at.chunk, at.index) & HOLDS_MASK, 0, 'no hold left');
+  });
 });
 
 describe('Device over FfiUdpBind (loopback)', () => {

@@ -12,17 +12,18 @@
  *   random keys, small and large, from its own addresses or spoofing the genuine one,
  * - replays, reordering, duplication and loss of genuine datagrams (and some replayed handshakes),
  *   and the genuine peers roaming between two addresses each,
- * - event-loop turns at random points: datagrams are handed to a device synchronously, so a
- *   handshake message often lands in the same turn as transport data queued for the keypair it
- *   retires, before the pipeline's flush dispatches it.
+ * - event-loop turns at random points: a datagram is opened by the receiving bind the moment the
+ *   model delivers it (as the UDP reader thread opens it on receipt) and handled by the device on
+ *   a later turn, so a handshake delivered before it, a key change or expiry in between often
+ *   retires the keypair it was opened under before it is handled.
  *
  * The invariants, checked at every step: every packet written to a TUN was sealed by the genuine
  * peer (each genuine inner packet carries a unique id; forged ones carry another tag) and is
  * written at most once; each device's endpoint for its peer is always one of the peer's genuine
  * addresses (only authenticated datagrams may move it, and the attacker's never are); no datagram
  * a device sends opens under the all-zero key. At the end of each configuration: the 'zero-key'
- * floor was never reached, both races were exercised ('keypair-retired' and
- * 'sending-keypair-retired' drops), the genuine peers' roaming moved the endpoints, and every
+ * floor was never reached, the binds opened genuine datagrams and refused forged ones, both races
+ * were exercised ('keypair-retired' and 'sending-keypair-retired' drops), the genuine peers' roaming moved the endpoints, and every
  * retired keypair's keys are zeros once the pipelines are idle (no hold leaked).
  *
  * ROAMGUARD_SOAK=1 runs 10 000 000 steps per configuration; ROAMGUARD_MODEL_SEED replays a seed
@@ -205,8 +206,10 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
     if (handshakes.length < 64) handshakes.push(d);
     else handshakes[randInt(sampling, 64)] = d;
   };
-  const deliver = (d: OnWire) => (sides[d.to].bind as unknown as { deliver(bytes: Uint8Array, from: Endpoint): void })
-    .deliver(d.bytes, d.source ?? genuineAddress(other(d.to)));
+  // Opened by the receiving bind now (a copy: the wire keeps its bytes for duplicates and replays),
+  // handled on a later turn: whatever the steps in between change (a handshake delivered before it
+  // retiring its keypair, a key change, expiry) meets the datagram already opened.
+  const deliver = (d: OnWire) => (sides[d.to].bind as MemoryBind).receiveFrom(d.bytes, d.source ?? genuineAddress(other(d.to)));
 
   // --- genuine traffic: ids 1 .. nextId-1 of each direction were sent (`to` names the receiving side)
   const nextId: Record<Name, number> = { a: 1, b: 1 };
@@ -395,7 +398,11 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
     }
     const drops = { a: device('a').core.drops, b: device('b').core.drops };
     assert.equal(drops.a.get('zero-key') + drops.b.get('zero-key'), 0, 'the zero-key floor is never reached: keypair holds keep keys alive while used');
-    assert.ok(drops.a.get('keypair-retired') + drops.b.get('keypair-retired') > 0, 'the same-turn race was exercised: some queued datagrams met a retired keypair');
+    for (const n of ['a', 'b'] as const) {
+      const opener = (sides[n].bind as MemoryBind).openerCounts;
+      assert.ok(opener && opener.opened > 0 && opener.failed > 0, `${n}'s bind opened datagrams on arrival, and refused forged ones: ${JSON.stringify(opener)}`);
+    }
+    assert.ok(drops.a.get('keypair-retired') + drops.b.get('keypair-retired') > 0, 'the race was exercised: some datagrams opened on arrival met their keypair retired when handled');
     assert.ok(drops.a.get('sending-keypair-retired') + drops.b.get('sending-keypair-retired') > 0, 'and outbound: some queued packets met a retired keypair');
     for (const n of ['a', 'b'] as const) checkedAtEnd.push(...remembered[n].filter((r) => !live(n, r.keypair)).map((r) => r.keypair));
     const unzeroed = checkedAtEnd.filter((k) => k.retired && !k.keysZeroed).length;

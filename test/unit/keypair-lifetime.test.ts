@@ -17,6 +17,7 @@ import { BatchPool, slotSizeForMtu, type PacketBatch } from '../../dataplane/poo
 import { Keypair } from '../../dataplane/session/keypair.ts';
 import { KeypairTable } from '../../dataplane/session/keypair-table.ts';
 import type { Peer } from '../../dataplane/session/peer.ts';
+import type { MemoryBind } from '../../dataplane/bind/memory-bind.ts';
 import { ZERO_KEY, openTransport, sealTransportInPlace } from '../../dataplane/session/transport.ts';
 import { makeCorePair } from '../helpers/core-pair.ts';
 import { makeDevicePair } from '../helpers/device-pair.ts';
@@ -275,7 +276,7 @@ describe('the pipelines drop work queued for a keypair retired before it ran', (
       return false;
     };
     const peerOf = (side: 'a' | 'b'): Peer => [...pair[side].device.core.peers][0];
-    const deliverToB = (d: Uint8Array) => (pair.b.bind as unknown as { deliver(d: Uint8Array, f: Endpoint): void }).deliver(d, new Endpoint('192.0.2.1', pair.a.bind.port));
+    const deliverToB = (d: Uint8Array) => (pair.b.bind as MemoryBind).receiveFrom(d, new Endpoint('192.0.2.1', pair.a.bind.port));
     /** n large packets from A, sealed and captured. */
     const capture = async (n: number, firstSeq: number) => {
       captured.length = 0;
@@ -286,48 +287,45 @@ describe('the pipelines drop work queued for a keypair retired before it ran', (
     return { pool, pair, ping, captured, peerOf, deliverToB, capture };
   }
 
-  test('inbound, retired while its batch fills (a key change in the same turn): dropped at dispatch, keys zeroed after', async () => {
+  test('inbound, opened on arrival, then retired before the device handles it (a key change in the same turn): not delivered, keys zeroed at once', async () => {
     const t = await setUp();
     try {
       const datagrams = await t.capture(20, 1);
       const k = t.peerOf('b').keypairs.current!;
       const written = t.pair.b.tun.written.length;
-      t.pool.keysSeen.length = 0; // A's sealing of the burst
-      for (const d of datagrams) t.deliverToB(d); // one turn: queued for k
+      const before = { ...(t.pair.b.bind as MemoryBind).openerCounts! };
+      for (const d of datagrams) t.deliverToB(d); // B's bind opens each under k as it arrives
+      const opener = (t.pair.b.bind as MemoryBind).openerCounts!;
+      assert.equal(opener.opened - before.opened, 20, 'opened on arrival');
       t.pair.b.device.core.setPrivateKey(t.pair.b.device.core.ourPrivateKey!); // same turn: every session ends
       assert.equal(k.retired, true);
-      assert.equal(k.keysZeroed, false, 'the filling batch holds it');
+      assert.equal(k.keysZeroed, true, 'nothing holds it: the opener let go after each datagram');
       await turn();
       await turn();
-      assert.equal(t.pair.b.device.core.drops.get('keypair-retired'), 20);
-      assert.equal(t.pool.keysSeen.length, 0, 'never handed to the pool');
+      assert.equal(t.pair.b.device.core.drops.get('keypair-retired'), 20, 'opened under a keypair that is gone when handled');
       assert.equal(t.pair.b.tun.written.length, written, 'nothing delivered');
-      assert.equal(k.keysZeroed, true, 'zeroed once the batch let go');
     } finally {
       await t.pair.close();
     }
   });
 
-  test('inbound, retired while the pool opens its batch: opened under the real key, then not delivered', async () => {
+  test('inbound, retired before its datagrams arrive: the bind opens nothing under it, the device drops them', async () => {
     const t = await setUp();
     try {
       const datagrams = await t.capture(20, 1);
       const k = t.peerOf('b').keypairs.current!;
       const written = t.pair.b.tun.written.length;
-      t.pool.deferring = true;
-      for (const d of datagrams) t.deliverToB(d);
-      await turn(); // the flush hands the batch to the pool
-      assert.ok(t.pool.queued > 0);
-      t.pair.b.device.core.removePeer(t.peerOf('b').publicKey); // the peer goes away meanwhile
+      t.pair.b.device.core.removePeer(t.peerOf('b').publicKey); // the peer goes away first
       assert.equal(k.retired, true);
-      assert.equal(k.keysZeroed, false, 'held while the pool works');
-      t.pool.finish();
-      await turn();
-      await turn();
-      assert.ok(!t.pool.keysSeen.includes('zero'), 'the pool read the real key');
-      assert.equal(t.pair.b.device.core.drops.get('keypair-retired'), 20);
-      assert.equal(t.pair.b.tun.written.length, written, 'nothing delivered for a removed peer');
       assert.equal(k.keysZeroed, true);
+      const before = { ...(t.pair.b.bind as MemoryBind).openerCounts! };
+      for (const d of datagrams) t.deliverToB(d);
+      const opener = (t.pair.b.bind as MemoryBind).openerCounts!;
+      assert.deepEqual([opener.opened - before.opened, opener.failed - before.failed, opener.left - before.left], [0, 0, 20], 'left as they came');
+      await turn();
+      await turn();
+      assert.equal(t.pair.b.device.core.drops.get('unknown-index'), 20);
+      assert.equal(t.pair.b.tun.written.length, written, 'nothing delivered for a removed peer');
     } finally {
       await t.pair.close();
     }
@@ -368,14 +366,18 @@ describe('the pipelines drop work queued for a keypair retired before it ran', (
       t.pair.a.tun.inject(t.ping('a', 300));
       await until(() => t.pair.a.device.core.drops.get('zero-key') === 21, 'the lone packet refused');
       assert.equal(t.captured.filter((d) => d[0] === 4).length, 0, 'nothing sent');
-      // Inbound: datagrams authentic under zeros, batched and direct.
+      // Inbound: datagrams authentic under zeros, opened by the bind on arrival, and one handed to
+      // the core as it came (what a bind that could not hold the keypair leaves to the main thread).
       const kb = t.peerOf('b').keypairs.current!;
       kb.receiveKey.fill(0);
       const written = t.pair.b.tun.written.length;
       const attacker = new Endpoint('203.0.113.9', 9);
-      const deliver = (d: Uint8Array) => (t.pair.b.bind as unknown as { deliver(d: Uint8Array, f: Endpoint): void }).deliver(d, attacker);
-      deliver(forged(zeroKey, kb.localIndex, 1000, t.ping('a', 400))); // alone: the direct path
-      for (let i = 0; i < 20; i++) deliver(forged(zeroKey, kb.localIndex, 1001 + i, t.ping('a', 401 + i, 1000)));
+      const bindB = t.pair.b.bind as MemoryBind;
+      const asItCame = (d: Uint8Array) => (bindB as unknown as { deliver(d: Uint8Array, f: Endpoint, opened: undefined): void }).deliver(d, attacker, undefined);
+      asItCame(forged(zeroKey, kb.localIndex, 1000, t.ping('a', 400)));
+      const failedBefore = bindB.openerCounts!.failed;
+      for (let i = 0; i < 20; i++) bindB.receiveFrom(forged(zeroKey, kb.localIndex, 1001 + i, t.ping('a', 401 + i, 1000)), attacker);
+      assert.equal(bindB.openerCounts!.failed - failedBefore, 20, 'the bind\'s opener refused all 20');
       await until(() => t.pair.b.device.core.drops.get('zero-key') === 21, 'all 21 refused');
       await turn();
       assert.equal(t.pair.b.tun.written.length, written, 'nothing delivered');

@@ -379,7 +379,8 @@ describe('fuzzing the daemon\'s receive pipeline (Device with crypto worker thre
         }
         return true;
       };
-      const deliver = (d: Uint8Array, from: Endpoint) => (b.bind as unknown as { deliver(d: Uint8Array, f: Endpoint): void }).deliver(d, from);
+      // Through the bind's opener on arrival, as the daemon's UDP reader thread opens them.
+      const deliver = (d: Uint8Array, from: Endpoint) => (b.bind as MemoryBind).receiveFrom(d, from);
       const liveIndex = (): number => {
         const kp = victim.getPeer(a.device.core.ourPublicKey!)!.keypairs;
         return pick(rng, [kp.current, kp.previous, kp.next].filter((k) => k !== null).map((k) => k!.localIndex)) ?? 1;
@@ -421,6 +422,8 @@ describe('fuzzing the daemon\'s receive pipeline (Device with crypto worker thre
       assert.ok(b.tun.written.every((p) => parseEcho(p)?.id === 3), 'and they are the genuine pings');
       assert.equal(victim.getPeer(a.device.core.ourPublicKey!)!.endpoint?.toString(), `192.0.2.1:${a.bind.port}`, 'the endpoint never moved');
       assert.deepEqual(a.device.core.drops.snapshot(), {}, 'the genuine peer dropped nothing');
+      const opener = (b.bind as MemoryBind).openerCounts!;
+      assert.ok(opener.opened >= pings && opener.failed > 0, `the victim's bind opened the pings and refused forgeries on arrival: ${JSON.stringify(opener)}`);
       tc.diagnostic(`${expectedTotal} hostile datagrams through the worker pipeline in ${seconds.toFixed(1)} s; drops ${JSON.stringify(victim.drops.snapshot())}`);
     } finally {
       await closeAll();
