@@ -218,7 +218,7 @@ export async function selectCrypto(opts: SelectOptions = {}): Promise<Crypto> {
 
 /**
  * The AEAD alone, chosen as selectCrypto chooses it (same order, same forcing): what a crypto
- * worker needs to seal and open batches. A worker thread then loads one provider, not three.
+ * worker needs to seal batches, or a UDP reader to open what it receives. A worker thread then loads one provider, not three.
  */
 export async function selectAead(opts: SelectOptions = {}): Promise<SlotAead & { readonly provider: string }> {
   const options = effectiveOptions(opts);

@@ -1,6 +1,7 @@
 /**
- * Sealing and opening a whole PacketBatch in place. The same code runs in the worker threads
- * and, for the inline pool, on the main thread. The transport format (headers, padding) is
+ * Sealing a whole PacketBatch in place. The same code runs in the worker threads and, for the
+ * inline pool, on the main thread. (Opening runs where datagrams are received:
+ * session/transport-opener.ts.) The transport format (headers, padding) is
  * written here; the AEAD then runs over the batch's slots in one call (crypto/aead-slots.ts),
  * which for openssl-ffi is one foreign call per batch instead of one per packet.
  *
@@ -12,9 +13,7 @@ import type { SlotAead } from '../crypto/primitives.ts';
 import { TAG_SIZE, TRANSPORT_HEADER_SIZE, paddedLength, writeTransportHeader } from '../noise/messages.ts';
 import { isZeroKey32 } from '../session/transport.ts';
 
-/** A slot's length after opening when it did not authenticate. */
-export const SLOT_FAILED = -1;
-/** Every slot's length after sealing or opening with an all-zero key: refused, nothing done. */
+/** Every slot's length after sealing with an all-zero key: refused, nothing done. */
 export const SLOT_ZERO_KEY = -2;
 
 export interface BatchView {
@@ -47,18 +46,4 @@ export function sealBatch(aead: SlotAead, key: Uint8Array, receiverIndex: number
   }
   aead.sealSlots(key, data, slotSize, TRANSPORT_HEADER_SIZE, count, lengths, counters);
   for (let i = 0; i < count; i++) lengths[i] += TRANSPORT_HEADER_SIZE + TAG_SIZE;
-}
-
-/**
- * Opens slot i's datagram (lengths[i] bytes) in place; lengths[i] becomes the padded plaintext
- * length, SLOT_FAILED, or (every slot, when the key is all zeros) SLOT_ZERO_KEY.
- */
-export function openBatch(aead: SlotAead, key: Uint8Array, batch: BatchView): void {
-  const { data, lengths, counters, slotSize, count } = batch;
-  if (isZeroKey32(key)) {
-    lengths.fill(SLOT_ZERO_KEY, 0, count);
-    return;
-  }
-  for (let i = 0; i < count; i++) lengths[i] -= TRANSPORT_HEADER_SIZE; // header, then ciphertext and tag
-  aead.openSlots(key, data, slotSize, TRANSPORT_HEADER_SIZE, count, lengths, counters);
 }

@@ -1,7 +1,8 @@
 /**
- * Where transport encryption runs: a pool of worker threads, or inline on the main thread. Both
- * seal/open whole batches in place; the device awaits the returned promises per peer in order, so
- * packets leave and arrive in the order they came.
+ * Where outbound transport encryption runs: a pool of worker threads, or inline on the main
+ * thread. Both seal whole batches in place; the device awaits the returned promises per peer in
+ * order, so packets leave in the order they came. (Inbound messages are opened where they are
+ * received: the UDP reader thread, device/receive.ts.)
  *
  * The worker pool passes no message per task: task descriptors (operation, batch id, count, key)
  * go through a ring in shared memory per worker, completions come back as a shared counter the
@@ -17,10 +18,10 @@ import { startWorker } from '../sys/threads.ts';
 import type { Crypto } from '../crypto/primitives.ts';
 import type { SelectOptions } from '../crypto/select.ts';
 import type { CryptoWorkerData } from './crypto-worker.ts';
-import { openBatch, sealBatch } from './batch-crypto.ts';
+import { sealBatch } from './batch-crypto.ts';
 import type { PacketBatch } from './packet-batch.ts';
 import {
-  COMPLETED, CONTROL_INTS, DONE, MAIN_WAITING, OP_OPEN, OP_SEAL, SHARED_INTS, STATE_FAILED,
+  COMPLETED, CONTROL_INTS, DONE, MAIN_WAITING, OP_SEAL, SHARED_INTS, STATE_FAILED,
   SUBMITTED, TASK_BYTES, TASK_SLOTS, T_BATCH, T_COUNT, T_KEY, T_MTU, T_OP, T_RECEIVER, T_STATUS,
   type BatchRegistration, type CryptoWorkerConfig, type WorkerFaults,
 } from './task-ring.ts';
@@ -33,7 +34,6 @@ export interface CryptoPool {
   /** Settles once every worker has loaded (workers load their modules asynchronously). */
   readonly ready?: Promise<void>;
   seal(batch: PacketBatch, key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown>;
-  open(batch: PacketBatch, key: Uint8Array): Promise<unknown>;
   close(): Promise<void>;
 }
 
@@ -44,10 +44,6 @@ export class InlineCryptoPool implements CryptoPool {
   constructor(private readonly crypto: Crypto) {}
   seal(batch: PacketBatch, key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown> {
     sealBatch(this.crypto, key, receiverIndex, mtu, batch);
-    return InlineCryptoPool.done;
-  }
-  open(batch: PacketBatch, key: Uint8Array): Promise<unknown> {
-    openBatch(this.crypto, key, batch);
     return InlineCryptoPool.done;
   }
   async close(): Promise<void> {}
@@ -77,7 +73,7 @@ export class CryptoPoolError extends Error {
   }
 }
 
-/** The drop reason for a rejected seal/open (anything that is not a CryptoPoolError is a worker failure). */
+/** The drop reason for a rejected seal (anything that is not a CryptoPoolError is a worker failure). */
 export function dropReasonOf(err: unknown): 'queue-full' | 'crypto-worker-failed' {
   return err instanceof CryptoPoolError ? err.reason : 'crypto-worker-failed';
 }
@@ -259,10 +255,6 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
 
   seal(batch: PacketBatch, key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown> {
     return this.submit(OP_SEAL, batch, key, receiverIndex, mtu);
-  }
-
-  open(batch: PacketBatch, key: Uint8Array): Promise<unknown> {
-    return this.submit(OP_OPEN, batch, key, 0, 0);
   }
 
   /** Tasks handed to the workers and not finished yet. */
@@ -572,14 +564,10 @@ export class SplitCryptoPool implements CryptoPool {
     return (batch.count < this.inlineBelow ? this.inline : this.workers).seal(batch, key, receiverIndex, mtu);
   }
 
-  open(batch: PacketBatch, key: Uint8Array): Promise<unknown> {
-    return (batch.count < this.inlineBelow ? this.inline : this.workers).open(batch, key);
-  }
-
   close(): Promise<void> {
     return this.workers.close();
   }
 }
 
-/** Batches with fewer packets than this are sealed or opened on the main thread (SplitCryptoPool). */
+/** Batches with fewer packets than this are sealed on the main thread (SplitCryptoPool). */
 export const SMALL_BATCH = 8;

@@ -1,5 +1,5 @@
 /**
- * A crypto worker thread of WorkerCryptoPool (crypto-pool.ts): seals or opens whole PacketBatches
+ * A crypto worker thread of WorkerCryptoPool (crypto-pool.ts): seals whole PacketBatches
  * in place in shared memory, taking task descriptors from its ring (task-ring.ts) in order. It
  * picks its crypto provider the same way the main thread does, then never returns to its event
  * loop: it parks in Atomics.wait when it has nothing to do, and reads batch registrations from
@@ -10,7 +10,7 @@
 import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
 import { selectAead, type SelectOptions } from '../crypto/select.ts';
 import type { SlotAead } from '../crypto/primitives.ts';
-import { openBatch, sealBatch, type BatchView } from './batch-crypto.ts';
+import { sealBatch, type BatchView } from './batch-crypto.ts';
 import {
   CONTROL_INTS, COMPLETED, DONE, MAIN_WAITING, OP_SEAL, STATE_FAILED, SUBMITTED, TASK_BYTES,
   TASK_SLOTS, T_BATCH, T_COUNT, T_KEY, T_MTU, T_OP, T_RECEIVER, T_STATUS,
@@ -77,9 +77,10 @@ export function runCryptoWorker(crypto: SlotAead, config: CryptoWorkerConfig): v
       const key = keys[slot];
       batch.count = tasks32[w + T_COUNT];
       try {
-        if (tasks32[w + T_OP] === OP_SEAL) sealBatch(crypto, key, tasks32[w + T_RECEIVER] >>> 0, tasks32[w + T_MTU], batch);
-        else openBatch(crypto, key, batch);
-        status = 0;
+        if (tasks32[w + T_OP] === OP_SEAL) {
+          sealBatch(crypto, key, tasks32[w + T_RECEIVER] >>> 0, tasks32[w + T_MTU], batch);
+          status = 0;
+        }
       } catch {
         status = -1;
       }

@@ -47,8 +47,8 @@ export const T_STATUS = 5;
 /** Byte offset of the key within a descriptor. */
 export const T_KEY = 32;
 
+/** The one operation (inbound messages are opened in the UDP reader thread); a worker fails any other. */
 export const OP_SEAL = 1;
-export const OP_OPEN = 2;
 
 /** What a worker gets as workerData (plus, under Node, the tsx trampoline's fields). */
 export interface CryptoWorkerConfig {

@@ -10,8 +10,8 @@
  * Lifetime. A keypair is valid from its handshake until the peer retires it (it fell out of the
  * slots, the peer was removed, the private key changed, the keys expired); retiring also
  * unregisters its index (the peer does both, see Peer.retireKeypair). Work queued for a keypair
- * (a batch waiting for the crypto pool, being opened or sealed in a worker, or waiting to be
- * delivered or sent) holds it, and a keypair's key bytes are zeroed only once it is retired and
+ * (a batch waiting for the crypto pool, being sealed in a worker or waiting to be sent; a
+ * datagram being opened by the UDP reader thread) holds it, and a keypair's key bytes are zeroed only once it is retired and
  * no hold is left. So a key is never zeroed while anything may still read it, and whoever uses a
  * keypair after queueing work checks `retired` at the point of use and drops the work instead
  * (counted as 'keypair-retired' inbound, 'sending-keypair-retired' outbound): no datagram is

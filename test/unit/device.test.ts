@@ -28,11 +28,10 @@ after(async () => { await pool?.close(); });
 
 /** The worker pool, counting the batches it is given. */
 function countingPool(inner: CryptoPool) {
-  const counts = { seal: 0, open: 0 };
+  const counts = { seal: 0 };
   const wrapped: CryptoPool = {
     threads: inner.threads,
     seal: (batch, key, receiverIndex, mtu) => { counts.seal++; return inner.seal(batch, key, receiverIndex, mtu); },
-    open: (batch, key) => { counts.open++; return inner.open(batch, key); },
     close: async () => {},
   };
   return { pool: wrapped, counts };
@@ -54,7 +53,7 @@ describe('device pipelines', () => {
         pair.a.tun.inject(small(seq, DIRECT_MAX_BYTES - 28));
         await until(() => pair.b.tun.written.length === seq + 1);
       }
-      assert.deepEqual(counting.counts, { seal: 0, open: 0 }, 'pings one at a time never reach the pool');
+      assert.deepEqual(counting.counts, { seal: 0 }, 'pings one at a time never reach the pool');
       const before = { ...(pair.b.bind as MemoryBind).openerCounts! };
       // A burst of full-size packets, then a small one in the same read and one right behind it.
       for (let seq = 6; seq < 70; seq++) pair.a.tun.inject(small(seq, 1300));
@@ -63,7 +62,6 @@ describe('device pipelines', () => {
       pair.a.tun.inject(small(71));
       await until(() => pair.b.tun.written.length === 72);
       assert.ok(counting.counts.seal > 0, `the burst was sealed in the pool: ${JSON.stringify(counting.counts)}`);
-      assert.equal(counting.counts.open, 0, 'nothing is opened in the pool: the receiving bind opens on arrival (receive.ts)');
       const opener = (pair.b.bind as MemoryBind).openerCounts!;
       assert.equal(opener.opened - before.opened, 66, `the bind opened each of the 66 datagrams: ${JSON.stringify(opener)}`);
       assert.equal(opener.left - before.left, 0, 'and left none to the main thread');
@@ -131,7 +129,6 @@ describe('start-up: open, then running', () => {
     const gated: CryptoPool = {
       threads: pool.threads, ready,
       seal: (batch, key, receiverIndex, mtu) => pool.seal(batch, key, receiverIndex, mtu),
-      open: (batch, key) => pool.open(batch, key),
       close: async () => {},
     };
     return { gated, settle };

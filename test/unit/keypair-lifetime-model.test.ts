@@ -123,7 +123,6 @@ function tracked(inner: CryptoPool): CryptoPool & { readonly outstanding: number
     ready: inner.ready,
     get outstanding() { return outstanding; },
     seal: (batch, key, receiverIndex, mtu) => track(inner.seal(batch, key, receiverIndex, mtu)),
-    open: (batch, key) => track(inner.open(batch, key)),
     close: async () => {},
   };
 }

@@ -32,7 +32,6 @@ before(async () => { crypto = await selectCrypto(); });
 const neverPool = (): CryptoPool => ({
   threads: 1,
   seal: () => new Promise(() => {}),
-  open: () => new Promise(() => {}),
   close: async () => {},
 });
 
