@@ -14,6 +14,10 @@
  * only to split paths), so the tries never hold more than 2·size − 1 nodes in all.
  */
 import { maskAddress, type Prefix } from '../net/ip.ts';
+import {
+  FLAT_HEADER_INTS, FLAT_NODES, FLAT_NODE_INTS, FLAT_ROOT4, FLAT_ROOT6, F_BRANCH_SHIFT, F_BRANCH_WORD, F_CHILD0, F_CHILD1, F_M0, F_M1, F_M2,
+  F_M3, F_PEER, F_W0, F_W1, F_W2, F_W3,
+} from './flat-allowedips.ts';
 
 /** IPv4 header: version nibble 4, minimum header 20 bytes, source at 12, destination at 16. */
 const IPV4_MIN_HEADER = 20;
@@ -283,6 +287,37 @@ export class AllowedIps<P> {
       node = ((word >>> node.branchShift) & 1) === 0 ? node.child0 : node.child1;
     }
     return found;
+  }
+
+  /**
+   * The tries as one Int32Array for other threads (flat-allowedips.ts reads it): a header, then
+   * the nodes depth-first, each as NODE_INTS words. `numberOf` names each node's peer by a number
+   * (>= 0) the reader understands.
+   */
+  flatten(numberOf: (peer: P) => number): Int32Array {
+    const flat = new Int32Array(new SharedArrayBuffer((FLAT_HEADER_INTS + this.nodes * FLAT_NODE_INTS) * 4));
+    let next = 0;
+    const place = (node: TrieNode<P> | null): number => {
+      if (node === null) return -1;
+      const at = next++;
+      const w = FLAT_HEADER_INTS + at * FLAT_NODE_INTS;
+      flat[w + F_W0] = node.w0; flat[w + F_M0] = node.m0;
+      flat[w + F_W1] = node.w1; flat[w + F_M1] = node.m1;
+      flat[w + F_W2] = node.w2; flat[w + F_M2] = node.m2;
+      flat[w + F_W3] = node.w3; flat[w + F_M3] = node.m3;
+      flat[w + F_BRANCH_WORD] = node.branchWord;
+      flat[w + F_BRANCH_SHIFT] = node.branchShift;
+      const peer = node.peer === undefined ? -1 : numberOf(node.peer);
+      if (node.peer !== undefined && !(Number.isInteger(peer) && peer >= 0)) throw new RangeError(`allowed IPs: peer number ${peer} is not a non-negative integer`);
+      flat[w + F_PEER] = peer;
+      flat[w + F_CHILD0] = place(node.child0);
+      flat[w + F_CHILD1] = place(node.child1);
+      return at;
+    };
+    flat[FLAT_ROOT4] = place(this.root4);
+    flat[FLAT_ROOT6] = place(this.root6);
+    flat[FLAT_NODES] = next;
+    return flat;
   }
 
   private findExact(key: Key): TrieNode<P> | null {

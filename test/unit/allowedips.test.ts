@@ -1,6 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { AllowedIps } from '../../dataplane/allowedips/allowedips.ts';
+import { flatLookup4, flatLookup6, flatLookupDestination, flatLookupSource } from '../../dataplane/allowedips/flat-allowedips.ts';
 import { formatPrefix, maskAddress, parseIp, parsePrefix, type Prefix } from '../../dataplane/net/ip.ts';
 import { prng } from '../helpers/prng.ts';
 
@@ -316,9 +317,35 @@ describe('AllowedIps packet lookups', () => {
     p.set(parseIp('10.0.0.2'), 16);
     assert.equal(t.lookupPacketDestination(p)?.name, 'b');
   });
+
+  test('the flattened form (flat-allowedips.ts) answers every packet lookup above the same way', () => {
+    const numbers = new Map([[peerA, 0], [peerB, 1]]);
+    const flat = t.flatten((peer) => numbers.get(peer)!);
+    const v4 = ipv4Packet('10.0.0.2', '10.0.0.9', 16);
+    const v6 = ipv6Packet('fd00::7', 'fd00::2', 32);
+    const odd = ipv6Packet('fd00::2', 'fd00::2');
+    odd[0] = 0x15;
+    const cases: Array<[Uint8Array, number]> = [
+      [ipv4Packet('10.0.0.2', '10.7.7.7'), 0], [ipv4Packet('192.0.2.1', '10.0.0.2', 0, 100), 0], [ipv6Packet('fd00::2', 'fd00::99'), 0],
+      [ipv6Packet('2001:db8::1', 'fd00::2'), 0], [v4, 16], [v6, 32], [v4.subarray(0, 35), 16], [v6.subarray(0, 71), 32],
+      [v4, -1], [v4, v4.length], [new Uint8Array(0), 0], [odd, 0],
+    ];
+    for (const [packet, offset] of cases) {
+      const number = (peer: Peer | undefined) => (peer === undefined ? -1 : numbers.get(peer));
+      assert.equal(flatLookupSource(flat, packet, offset), number(t.lookupPacketSource(packet, offset)), `source at ${offset} of ${packet.length} bytes`);
+      assert.equal(flatLookupDestination(flat, packet, offset), number(t.lookupPacketDestination(packet, offset)), `destination at ${offset} of ${packet.length} bytes`);
+    }
+    assert.throws(() => t.flatten(() => -2), /peer number -2/, 'a peer needs a number');
+  });
 });
 
 // ---- randomized differential test against a linear longest-prefix search ----
+
+/** A lookup in the flattened form, from an address's bytes. */
+function flatLookup(flat: Int32Array, address: Uint8Array): number {
+  const word = (at: number) => (address[at] << 24) | (address[at + 1] << 16) | (address[at + 2] << 8) | address[at + 3];
+  return address.length === 4 ? flatLookup4(flat, word(0)) : flatLookup6(flat, word(0), word(4), word(8), word(12));
+}
 
 
 function prefixContains(prefix: Prefix, address: Uint8Array): boolean {
@@ -390,11 +417,17 @@ function runDifferential(seed: number, byteLength: 4 | 16): void {
   const trie = new AllowedIps<number>();
   const naive = new NaiveTable();
   const inserted: Prefix[] = [];
+  /** The flattened form other threads read (flat-allowedips.ts), rebuilt when the trie changed. */
+  let flat: Int32Array | undefined;
   const compare = (address: Uint8Array, step: string): void => {
-    assert.equal(trie.lookup(address), naive.lookup(address), `${step}: lookup of ${Array.from(address).join('.')}`);
+    const expected = naive.lookup(address);
+    assert.equal(trie.lookup(address), expected, `${step}: lookup of ${Array.from(address).join('.')}`);
+    flat ??= trie.flatten((peer) => peer);
+    assert.equal(flatLookup(flat, address), expected ?? -1, `${step}: flat lookup of ${Array.from(address).join('.')}`);
   };
   for (let step = 0; step < 4000; step++) {
     const action = random();
+    flat = undefined;
     if (action < 0.7) {
       const prefix = randomPrefix();
       const peer = int(peers);
@@ -437,7 +470,7 @@ describe('AllowedIps randomized differential test', () => {
   const envSeed = process.env.ALLOWEDIPS_SEED;
   const baseSeed = envSeed !== undefined ? Number(envSeed) : (Math.random() * 2 ** 32) >>> 0;
   for (const [family, byteLength] of [['IPv4', 4], ['IPv6', 16]] as const) {
-    test(`${family}: trie agrees with a linear search`, () => {
+    test(`${family}: trie, and its flattened form for other threads, agree with a linear search`, () => {
       for (let round = 0; round < 3; round++) {
         const seed = (baseSeed + round) >>> 0;
         try {
