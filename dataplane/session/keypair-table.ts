@@ -3,7 +3,8 @@
  * can seal and open under a keypair without receiving a copy of its keys (docs/data-workers.md,
  * step 1; today only the main thread uses the slots, through Keypair).
  *
- * A slot holds a keypair's send and receive keys and two int32 words:
+ * A slot holds a keypair's send and receive keys, its replay window (replay.ts: the main thread
+ * and a receiving thread check counters against the same one), and two int32 words:
  *
  *   STATE       holds (low 24 bits) | RETIRED | ZEROED
  *   GENERATION  bumped each time the slot is given to a new keypair
@@ -25,6 +26,8 @@
  * thread that is handed a slot number needs the chunk's buffer, which never moves.
  */
 
+import { REPLAY_WINDOW_BYTES, ReplayWindow } from './replay.ts';
+
 /** Slots per chunk (one SharedArrayBuffer of CHUNK_BYTES). */
 export const CHUNK_SLOTS = 256;
 const WORDS_PER_SLOT = 2;
@@ -34,7 +37,10 @@ const KEY_SIZE = 32;
 /** Bytes of key material per slot: the send key, then the receive key. */
 const KEYS_PER_SLOT = 2 * KEY_SIZE;
 const WORDS_BYTES = CHUNK_SLOTS * WORDS_PER_SLOT * 4;
-export const CHUNK_BYTES = WORDS_BYTES + CHUNK_SLOTS * KEYS_PER_SLOT;
+const KEYS_BYTES = CHUNK_SLOTS * KEYS_PER_SLOT;
+/** Where slot i's replay window starts (8-aligned: it holds a float64). */
+const replayOffset = (i: number) => WORDS_BYTES + KEYS_BYTES + i * REPLAY_WINDOW_BYTES;
+export const CHUNK_BYTES = WORDS_BYTES + KEYS_BYTES + CHUNK_SLOTS * REPLAY_WINDOW_BYTES;
 
 export const HOLDS_MASK = 0x00ff_ffff;
 export const RETIRED = 0x0100_0000;
@@ -53,7 +59,7 @@ export function chunkViews(buffer: SharedArrayBuffer): KeyChunk {
   if (!(buffer instanceof SharedArrayBuffer) || buffer.byteLength !== CHUNK_BYTES) {
     throw new RangeError(`keypair table: a chunk is a SharedArrayBuffer of ${CHUNK_BYTES} bytes`);
   }
-  return { buffer, words: new Int32Array(buffer, 0, CHUNK_SLOTS * WORDS_PER_SLOT), keys: new Uint8Array(buffer, WORDS_BYTES) };
+  return { buffer, words: new Int32Array(buffer, 0, CHUNK_SLOTS * WORDS_PER_SLOT), keys: new Uint8Array(buffer, WORDS_BYTES, KEYS_BYTES) };
 }
 
 function newChunk(): KeyChunk {
@@ -76,6 +82,14 @@ export function slotGeneration(chunk: KeyChunk, i: number): number {
 export function slotKey(chunk: KeyChunk, i: number, which: 0 | 1): Uint8Array {
   const start = i * KEYS_PER_SLOT + which * KEY_SIZE;
   return chunk.keys.subarray(start, start + KEY_SIZE);
+}
+
+/**
+ * Slot i's replay window (a new view each call: keep it). Valid for the keypair of a generation
+ * while the caller holds the slot or is the main thread that owns the keypair.
+ */
+export function slotReplayWindow(chunk: KeyChunk, i: number): ReplayWindow {
+  return new ReplayWindow(chunk.buffer, replayOffset(i));
 }
 
 /**
@@ -185,6 +199,7 @@ export class KeypairTable {
     Atomics.store(chunk.words, base + GENERATION, generation);
     slotKey(chunk, index, 0).set(sendKey);
     slotKey(chunk, index, 1).set(receiveKey);
+    slotReplayWindow(chunk, index).reset(); // a new session starts a new counter space
     Atomics.store(chunk.words, base + STATE, 0);
     return { chunk, index, slot, generation };
   }

@@ -21,10 +21,10 @@
  * The keys and the hold count live in a shared-memory slot (keypair-table.ts), where the same
  * rule holds for other threads: a Keypair is the main thread's handle on its slot.
  */
-import { ReplayWindow } from './replay.ts';
+import type { ReplayWindow } from './replay.ts';
 import type { SessionKeys } from '../noise/noise-protocol.ts';
 import {
-  FREE, HOLDS_MASK, RETIRED, ZEROED, holdUnlessZeroed, release, slotGeneration, slotKey, slotState,
+  FREE, HOLDS_MASK, RETIRED, ZEROED, holdUnlessZeroed, release, slotGeneration, slotKey, slotReplayWindow, slotState,
   type KeySlot, type KeypairTable,
 } from './keypair-table.ts';
 
@@ -41,7 +41,8 @@ export class Keypair {
   readonly created: number;
   /** The counter the next packet sent under this keypair gets. */
   sendNonce = 0;
-  readonly replay = new ReplayWindow();
+  /** In the keypair's slot: shared with a thread that receives under this keypair. */
+  readonly replay: ReplayWindow;
   /** Where the keys and the hold count live (keypair-table.ts). */
   readonly at: KeySlot;
   /** Views of the slot's send and receive keys (valid while the slot is this keypair's). */
@@ -51,6 +52,7 @@ export class Keypair {
   constructor(keys: SessionKeys, created: number, private readonly table: KeypairTable) {
     this.at = table.allocate(keys.sendKey, keys.receiveKey);
     this.views = [slotKey(this.at.chunk, this.at.index, 0), slotKey(this.at.chunk, this.at.index, 1)];
+    this.replay = slotReplayWindow(this.at.chunk, this.at.index);
     keys.sendKey.fill(0);
     keys.receiveKey.fill(0);
     this.isInitiator = keys.isInitiator;

@@ -1,7 +1,10 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { REJECT_AFTER_MESSAGES_SAFE, REPLAY_WINDOW_SIZE, ReplayWindow } from '../../dataplane/session/replay.ts';
+import { once } from 'node:events';
+import { REJECT_AFTER_MESSAGES_SAFE, REPLAY_WINDOW_BYTES, REPLAY_WINDOW_SIZE, ReplayWindow } from '../../dataplane/session/replay.ts';
+import { startWorker } from '../../dataplane/sys/threads.ts';
 import { prng } from '../helpers/prng.ts';
+import type { ReplayWorkerConfig } from './replay-worker.ts';
 
 const W = 8128; // stated independently of the module so a changed constant fails the tests
 const MAX = Number.MAX_SAFE_INTEGER;
@@ -243,6 +246,35 @@ describe('ReplayWindow randomized differential test', () => {
         console.error(message);
         throw new Error(`${message}: ${(err as Error).message}`, { cause: err });
       }
+    }
+  });
+});
+
+describe('ReplayWindow shared between threads', () => {
+  /**
+   * Two threads check the same counters against one window, both in ascending order (racing on
+   * each counter) or each in an order of its own, as the main thread and a receiving thread may. Every counter is inside the window whatever the order
+   * (fewer than REPLAY_WINDOW_SIZE of them), so each must be accepted exactly once in all. Without
+   * the lock, two threads that read a ring word before either writes it both accept a counter, and
+   * a word zeroed as the window moves can lose a bit the other thread just set.
+   */
+  test('each counter is accepted exactly once, whichever thread sees it first', { timeout: 120_000 }, async () => {
+    const count = 8000;
+    const windows = 40;
+    const entry = new URL('./replay-worker.ts', import.meta.url);
+    for (const [how, seeds] of [['both ascending', [0, 0]], ['each its own order', [7919, 104729]]] as const) {
+      const buffer = new SharedArrayBuffer(windows * REPLAY_WINDOW_BYTES);
+      const accepted = new SharedArrayBuffer(4 * windows * count);
+      const start = new SharedArrayBuffer(4 * (1 + windows));
+      const workers = seeds.map((seed) => startWorker(entry, { buffer, windows, accepted, count, seed, start } satisfies ReplayWorkerConfig));
+      const exited = workers.map((w) => once(w, 'exit'));
+      await new Promise((r) => setTimeout(r, 100)); // both parked on `start`
+      Atomics.store(new Int32Array(start), 0, 1);
+      Atomics.notify(new Int32Array(start), 0);
+      await Promise.all(exited);
+      const counts = new Int32Array(accepted);
+      const wrong = [...counts.keys()].filter((c) => counts[c] !== 1);
+      assert.deepEqual(wrong.slice(0, 10), [], `${how}: counters not accepted exactly once (${wrong.length} of ${windows} × ${count}; e.g. ${wrong.slice(0, 5).map((c) => `window ${Math.floor(c / count)} counter ${c % count}: ${counts[c]}`).join(', ')})`);
     }
   });
 });
