@@ -53,6 +53,10 @@ export class MemoryBind implements Bind {
     this.stopSharing = shared.stop;
   }
 
+  get opensTransport(): boolean {
+    return this.opener !== undefined;
+  }
+
   /** The opener's counts (datagrams opened, failed, left to the handler), for tests. */
   get openerCounts(): { opened: number; failed: number; left: number } | undefined {
     const o = this.opener;

@@ -619,6 +619,28 @@ describe('FfiUdpBind opening transport messages in its reader thread', () => {
     });
     for (const at of [first, late[last]]) assert.equal(slotState(at.chunk, at.index) & HOLDS_MASK, 0, 'no hold left');
   });
+
+  test('a reader that cannot load an AEAD provider says so and hands every datagram over as it came', async () => {
+    const crypto = await selectCrypto();
+    const keypairs = new KeypairTable();
+    const indices = new SharedIndexMap();
+    const at = keypairs.allocate(filledKey(0x55), filledKey(1));
+    indices.set(0x100, at.slot, at.generation);
+    const bind = new FfiUdpBind();
+    bind.openTransport({ keypairs, indices, aead: crypto, selection: { only: 'no-such-provider' } });
+    const got: Array<{ data: Uint8Array; opened: OpenedTransport }> = [];
+    bind.onReceive((data, _source, opened) => got.push({ data: data.slice(), opened: { ...opened } }));
+    opened.push(bind);
+    await bind.open(0);
+    await bind.ready();
+    assert.equal(bind.opensTransport, false);
+    const a = await ffiBind();
+    const message = transportMessage(crypto, 0x100, 1, 5, payload(100, 1));
+    a.bind.send(new Endpoint('127.0.0.1', bind.port), message);
+    await until(() => got.length === 1, 10_000, 'the datagram');
+    assert.equal(got[0].opened.outcome, NOT_OPENED);
+    assert.deepEqual(got[0].data, message, 'untouched: the core opens it');
+  });
 });
 
 describe('Device over FfiUdpBind (loopback)', () => {
