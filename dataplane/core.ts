@@ -28,12 +28,12 @@ import {
 } from './noise/messages.ts';
 import { consumeInitiation, consumeResponse, type NoiseIdentity } from './noise/noise-protocol.ts';
 import { RateLimiter } from './noise/ratelimiter.ts';
-import { IndexTable } from './session/index-table.ts';
+import { IndexTable, type IndexEntry } from './session/index-table.ts';
 import type { Keypair } from './session/keypair.ts';
 import { KeypairTable } from './session/keypair-table.ts';
 import { Peer, type CoreOutputs, type PeerHost, type PeerOptions } from './session/peer.ts';
 import { TRANSPORT_OVERHEAD, ZERO_KEY, openTransport } from './session/transport.ts';
-import { OPENED, ZERO_KEY_REFUSED, type OpenedTransport } from './session/transport-opener.ts';
+import { DELIVERED, OPENED, REPLAYED, ZERO_KEY_REFUSED, type OpenedTransport } from './session/transport-opener.ts';
 
 export { Peer, type CoreOutputs } from './session/peer.ts';
 
@@ -69,6 +69,7 @@ export class WireGuardCore implements PeerHost {
   readonly drops = new DropCounters();
   readonly indexTable: IndexTable<Peer>;
   readonly keypairTable = new KeypairTable();
+  private peerNumbers = 0;
   readonly allowedIps = new AllowedIps<Peer>();
   readonly rateLimiter = new RateLimiter();
   /**
@@ -336,18 +337,43 @@ export class WireGuardCore implements PeerHost {
    */
   receiveOpenedTransport(datagram: Uint8Array, source: Endpoint, opened: OpenedTransport): void {
     const incoming = this.incoming;
-    if (opened.outcome !== OPENED) {
-      if (this.beginTransport(datagram, incoming)) this.drops.count(opened.outcome === ZERO_KEY_REFUSED ? 'zero-key' : 'decryption-failed');
+    const outcome = opened.outcome;
+    if (outcome === DELIVERED) {
+      this.keepBooksOfDelivered(datagram, source, opened);
       return;
     }
-    const keypair = this.indexTable.lookup(readU32(datagram, TRANSPORT.receiver))?.keypair;
-    if (!keypair || keypair.retired || keypair.at.slot !== opened.slot || keypair.at.generation !== opened.generation) {
+    if (outcome !== OPENED) {
+      if (this.beginTransport(datagram, incoming)) {
+        this.drops.count(outcome === REPLAYED ? 'replay' : outcome === ZERO_KEY_REFUSED ? 'zero-key' : 'decryption-failed');
+      }
+      return;
+    }
+    const keypair = this.openedUnder(datagram, opened)?.keypair;
+    if (!keypair) {
       this.drops.count('keypair-retired');
       return;
     }
     if (!this.beginTransport(datagram, incoming)) return;
     const start = TRANSPORT_HEADER_SIZE;
     this.finishTransport(incoming.peer!, keypair, incoming.counter, datagram.subarray(start, start + opened.length), datagram.length, source);
+  }
+
+  /** The index entry of the datagram's receiver index, if it still names the live keypair it was opened under. */
+  private openedUnder(datagram: Uint8Array, opened: OpenedTransport): IndexEntry<Peer> | undefined {
+    const entry = this.indexTable.lookup(readU32(datagram, TRANSPORT.receiver));
+    const keypair = entry?.keypair;
+    if (!keypair || keypair.retired || keypair.at.slot !== opened.slot || keypair.at.generation !== opened.generation) return undefined;
+    return entry;
+  }
+
+  /**
+   * A transport message the bind's thread opened, checked and delivered itself (DELIVERED): what
+   * finishTransport does besides the replay window and the delivery, off the packet's path. A
+   * keypair gone since has nothing left to update.
+   */
+  private keepBooksOfDelivered(datagram: Uint8Array, source: Endpoint, opened: OpenedTransport): void {
+    const entry = this.openedUnder(datagram, opened);
+    if (entry) this.acceptAuthenticated(entry.peer, entry.keypair!, datagram.length, source, opened.length > 0);
   }
 
   /**
@@ -396,16 +422,9 @@ export class WireGuardCore implements PeerHost {
       this.drops.count('replay');
       return;
     }
-    const now = this.clock.now();
-    peer.receivedWithKeypair(keypair);
-    peer.keepKeyFreshReceiving(now);
-    peer.timers.anyAuthenticatedPacketTraversal(now);
-    peer.timers.anyAuthenticatedPacketReceived();
-    peer.rxBytes += datagramLength;
-    peer.setEndpointFromPacket(source);
+    this.acceptAuthenticated(peer, keypair, datagramLength, source, plaintext.length > 0);
     if (plaintext.length === 0) return; // keepalive
 
-    peer.timers.dataReceived(now);
     const length = innerPacketLength(plaintext, 0, plaintext.length);
     if (length < 0) {
       this.drops.count('bad-inner-packet');
@@ -418,6 +437,21 @@ export class WireGuardCore implements PeerHost {
       return;
     }
     this.outputs.deliverPacket(packet, peer);
+  }
+
+  /**
+   * An authenticated, fresh transport message of `peer`'s under `keypair`: key confirmation, key
+   * freshness, the timers, the byte counter and roaming (whoever delivers its packet).
+   */
+  private acceptAuthenticated(peer: Peer, keypair: Keypair, datagramLength: number, source: Endpoint, hasData: boolean): void {
+    const now = this.clock.now();
+    peer.receivedWithKeypair(keypair);
+    peer.keepKeyFreshReceiving(now);
+    peer.timers.anyAuthenticatedPacketTraversal(now);
+    peer.timers.anyAuthenticatedPacketReceived();
+    peer.rxBytes += datagramLength;
+    peer.setEndpointFromPacket(source);
+    if (hasData) peer.timers.dataReceived(now);
   }
 
   // --- Load and time ---
@@ -483,12 +517,33 @@ export class WireGuardCore implements PeerHost {
     return this.clock.now() < this.underLoadUntil;
   }
 
+  newPeerNumber(): number {
+    return this.peerNumbers++;
+  }
+
   /** Runs every peer's due timers and collects idle rate-limiter entries. */
   tick(): void {
     const now = this.clock.now();
-    for (const peer of this.peersByKey.values()) peer.timers.poll(now);
+    for (const peer of this.peersByKey.values()) {
+      peer.timers.poll(now);
+      this.stopReaderDeliveryNearExpiry(peer, now);
+    }
     this.rateLimiter.collectGarbage(now);
     this.cookieReplyLimiter.collectGarbage(now);
+  }
+
+  /**
+   * The receiving thread has no clock of ours: it stops delivering a keypair's packets itself
+   * READER_DELIVERY_MARGIN_MS before the keypair's reject-after time, and from then on the main
+   * thread (beginTransport) decides, as for every packet before.
+   */
+  private stopReaderDeliveryNearExpiry(peer: Peer, now: number): void {
+    const { previous, current, next } = peer.keypairs;
+    for (const keypair of [previous, current, next]) {
+      if (keypair !== null && now - keypair.created >= this.timings.rejectAfterTime - READER_DELIVERY_MARGIN_MS && keypair.readerDelivers) {
+        keypair.stopReaderDelivery();
+      }
+    }
   }
 
   /** The earliest time (monotonic ms) at which `tick` has work to do. */
@@ -501,6 +556,9 @@ export class WireGuardCore implements PeerHost {
   /** Bytes of headroom before and room after a packet that in-place sealing needs. */
   static readonly headroom = TRANSPORT_HEADER_SIZE;
 }
+
+/** How long before a keypair's reject-after time the receiving thread stops delivering its packets itself (a tick is 100 ms). */
+const READER_DELIVERY_MARGIN_MS = 1000;
 
 function handshakeDropReason(error: string): 'handshake-replay' | 'handshake-flood' | 'unknown-peer' | 'handshake-failed' {
   switch (error) {

@@ -134,6 +134,11 @@ export class AllowedIps<P> {
   private readonly byPeer = new Map<P, Set<TrieNode<P>>>();
   private entryCount = 0;
   private nodes = 0;
+  /**
+   * Called by every insert, remove, removeByPeer and clear (before it changes anything, and also
+   * when it turns out to change nothing): whoever publishes the flattened form re-publishes.
+   */
+  onChange: (() => void) | undefined = undefined;
 
   /** Number of prefixes in the table. */
   get size(): number {
@@ -155,6 +160,7 @@ export class AllowedIps<P> {
    * a prefix the peer already owns changes nothing.
    */
   insert(prefix: Prefix, peer: P): void {
+    this.onChange?.();
     if (peer === undefined) throw new TypeError('AllowedIps.insert: peer must not be undefined');
     const key = toKey(prefix, 'insert');
     let parent: TrieNode<P> | null = null;
@@ -194,6 +200,7 @@ export class AllowedIps<P> {
 
   /** Removes `prefix` if (and only if) `peer` owns exactly it. Returns whether anything was removed. */
   remove(prefix: Prefix, peer: P): boolean {
+    this.onChange?.();
     const key = toKey(prefix, 'remove');
     const node = this.findExact(key);
     if (node === null || node.peer === undefined || node.peer !== peer) return false;
@@ -203,6 +210,7 @@ export class AllowedIps<P> {
 
   /** Removes every prefix owned by `peer`; returns how many there were. */
   removeByPeer(peer: P): number {
+    this.onChange?.();
     const entries = this.byPeer.get(peer);
     if (entries === undefined) return 0;
     const count = entries.size;
@@ -220,6 +228,7 @@ export class AllowedIps<P> {
   }
 
   clear(): void {
+    this.onChange?.();
     this.root4 = null;
     this.root6 = null;
     this.byPeer.clear();

@@ -11,6 +11,8 @@ import type { SelectOptions } from '../crypto/select.ts';
 import type { KeypairTable } from '../session/keypair-table.ts';
 import type { SharedIndexMap } from '../session/shared-index-map.ts';
 import type { OpenedTransport } from '../session/transport-opener.ts';
+import type { RoutesFeed } from '../allowedips/published-routes.ts';
+import type { TunThreadWriter } from '../tun/tun.ts';
 
 /**
  * What a bind needs to open transport messages before the handler sees them
@@ -23,6 +25,15 @@ export interface TransportOpening {
   aead: SlotAead;
   /** How a bind's own thread picks its AEAD (as `aead` was picked: ROAMGUARD_CRYPTO, ROAMGUARD_LIBSODIUM). */
   selection: Pick<SelectOptions, 'only' | 'libsodium'>;
+  /**
+   * To deliver what it opens itself (docs/data-workers.md step 2b): the published allowed-IPs
+   * table, and where packets go: `deliver` for a bind that delivers on the calling thread
+   * (MemoryBind), `tunWriter` for one whose own thread writes to the TUN (FfiUdpBind; called once
+   * per reader thread, which owns the descriptor it returns).
+   */
+  routes?: RoutesFeed;
+  deliver?: (packets: Uint8Array[], count: number) => void;
+  tunWriter?: () => TunThreadWriter | undefined;
 }
 
 /**

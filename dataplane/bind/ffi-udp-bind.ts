@@ -93,6 +93,7 @@ import { StallWatch, WATCH_INTERVAL_MS, type Liveness, type StallHandler } from 
 import type { UdpReaderConfig } from './udp-reader-worker.ts';
 import {
   KERNEL_DROPS, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, NAME_SIZE, OPENER_FAILED, READER_FAILED, READ_ERRORS, SLOT_RECORD_INTS, TRUNCATED,
+  TUN_WRITE_ERRORS, TUN_WRITTEN,
   UDP_RING_SLOTS, UDP_SLOT_SIZE,
   udpRingOffsets, udpRingViews, type UdpRingViews,
 } from './udp-ring.ts';
@@ -520,6 +521,8 @@ class Session {
   /** With opening: the port the reader learns of new session state from, and the unsubscribe. */
   sessionsPort: MessagePort | undefined;
   stopSharing: (() => void) | undefined;
+  /** The reader's own TUN descriptor (-1: none), closed once it has stopped. */
+  tunFd = -1;
 
   constructor(
     readonly fd4: number,
@@ -656,6 +659,12 @@ export class FfiUdpBind implements Bind, Liveness {
   /** Reader threads started from now on (each open()) open transport messages in place. */
   openTransport(opening: TransportOpening): void {
     this.opening = opening;
+  }
+
+  /** Packets the current reader thread wrote to the TUN itself, and those the kernel refused (step 2b). */
+  get tunWrites(): { written: number; errors: number } {
+    const header = this.session?.views.header;
+    return { written: header ? Atomics.load(header, TUN_WRITTEN) : 0, errors: header ? Atomics.load(header, TUN_WRITE_ERRORS) : 0 };
   }
 
   /** Whether the current reader thread opens transport messages (false until it runs, and when it could not load an AEAD). */
@@ -875,10 +884,13 @@ export class FfiUdpBind implements Bind, Liveness {
       // New chunks and a moved index map reach the reader through this port; it reads it only when it needs to.
       const { port1, port2 } = new MessageChannel();
       port1.unref();
-      const shared = shareSessions(opening.keypairs, opening.indices, (message) => port1.postMessage(message));
+      const shared = shareSessions(opening.keypairs, opening.indices, opening.routes, (message) => port1.postMessage(message));
       session.sessionsPort = port1;
       session.stopSharing = shared.stop;
-      config.opening = { selection: { ...opening.selection }, sessions: shared.init, port: port2 };
+      // With a TUN to write to, the reader delivers what it may itself (through its own descriptor, closed with the session).
+      const tun = opening.routes !== undefined ? opening.tunWriter?.() : undefined;
+      session.tunFd = tun?.fd ?? -1;
+      config.opening = { selection: { ...opening.selection }, sessions: shared.init, port: port2, tun };
     }
     const entry = new URL(`./udp-reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
     const worker = startWorker(entry, { ...config }, config.opening ? [config.opening.port] : undefined);
@@ -979,6 +991,7 @@ export class FfiUdpBind implements Bind, Liveness {
     libc.close(session.wakeFd);
     session.stopSharing?.();
     session.sessionsPort?.close();
+    if (session.tunFd >= 0) libc.close(session.tunFd);
     this.stats.detach();
     settleWaits(header); // a pending wait for data, and ready()
     if (previous !== STATE_BOOTING) await session.exited; // a stopped reader ends at once

@@ -47,9 +47,11 @@ export class MemoryBind implements Bind {
   openTransport(opening: TransportOpening): void {
     this.stopSharing?.();
     const posted: SharedSessionsMessage[] = [];
-    const shared = shareSessions(opening.keypairs, opening.indices, (message) => posted.push(message));
+    const shared = shareSessions(opening.keypairs, opening.indices, opening.routes, (message) => posted.push(message));
     const sessions = new SharedSessionsView(shared.init, () => posted.shift());
-    this.opener = new TransportOpener(opening.aead, sessions.chunkAt, sessions.indices);
+    const deliver = opening.deliver;
+    const delivery = deliver && opening.routes ? { routes: () => sessions.routes(), write: deliver } : undefined;
+    this.opener = new TransportOpener(opening.aead, sessions.chunkAt, sessions.indices, delivery);
     this.stopSharing = shared.stop;
   }
 
@@ -57,10 +59,10 @@ export class MemoryBind implements Bind {
     return this.opener !== undefined;
   }
 
-  /** The opener's counts (datagrams opened, failed, left to the handler), for tests. */
-  get openerCounts(): { opened: number; failed: number; left: number } | undefined {
+  /** The opener's counts (datagrams opened, failed, left to the handler; of the opened, delivered by the bind), for tests. */
+  get openerCounts(): { opened: number; failed: number; left: number; delivered: number } | undefined {
     const o = this.opener;
-    return o && { opened: o.opened, failed: o.failed, left: o.left };
+    return o && { opened: o.opened, failed: o.failed, left: o.left, delivered: o.delivered };
   }
 
   async open(port: number): Promise<number> {
@@ -102,7 +104,9 @@ export class MemoryBind implements Bind {
   private openOnArrival(datagram: Uint8Array): { records: Int32Array; written: number } | undefined {
     if (this.opener === undefined || this.port === 0) return undefined;
     const records = new Int32Array(RECORD_INTS);
-    return { records, written: this.opener.openMessage(datagram, 0, datagram.length, datagram.length, records, 0) };
+    const written = this.opener.openMessage(datagram, 0, datagram.length, datagram.length, records, 0);
+    this.opener.flush(); // what it delivered reaches the TUN now, as the reader thread writes it before the main thread hears of it
+    return { records, written };
   }
 
   private deliver(datagram: Uint8Array, from: Endpoint, opened: { records: Int32Array; written: number } | undefined): void {

@@ -35,9 +35,12 @@ import {
   POLLIN, POLLNVAL, SOCKADDR_IN6_SIZE, SOL_SOCKET, SOL_UDP, SO_RXQ_OVFL, UDP_GRO, loadLibc, type Libc } from '../sys/libc.ts';
 import {
   CONTROL_SIZE, KERNEL_DROPS, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, NAME_SIZE, OPENER_FAILED, READ_ERRORS, SLOT_RECORD_INTS, TRUNCATED,
+  TUN_WRITE_ERRORS, TUN_WRITTEN,
   udpRingViews } from './udp-ring.ts';
 import { selectAead, type SelectOptions } from '../crypto/select.ts';
 import { TransportOpener } from '../session/transport-opener.ts';
+import { TunPacketWriter } from '../tun/tun-writer.ts';
+import type { TunThreadWriter } from '../tun/tun.ts';
 import { SharedSessionsView, type SharedSessionsInit, type SharedSessionsMessage } from '../session/shared-sessions.ts';
 import {
   LAST_ERRNO, READ_SEQ, WRITE_SEQ, awaitRoom, beginRunning, finishWorker, publish, seqAdd, seqDistance } from '../ring/shared-ring.ts';
@@ -57,6 +60,8 @@ export interface UdpReaderConfig {
     sessions: SharedSessionsInit;
     /** Where the main thread posts SharedSessionsMessages. */
     port: MessagePort;
+    /** The TUN to write what it may deliver itself (absent: every opened packet goes to the main thread). */
+    tun?: TunThreadWriter;
   };
 }
 
@@ -189,6 +194,8 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opener?: Trans
           msg32[words + 2] = SOCKADDR_IN6_SIZE; // the kernel wrote the actual name length back
           msg32[words + 10] = CONTROL_SIZE; // and the control length
         }
+        // What the opener delivered is written before the slots are handed over (it points into them).
+        opener?.flush();
         write = seqAdd(write, n);
         publish(header, write);
         if (n < vlen) return 0; // the socket's queue is (momentarily) empty
@@ -226,14 +233,25 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opener?: Trans
 }
 
 /** The opener the config asks for; undefined (OPENER_FAILED set) when no AEAD provider loads here. */
-async function openerFor(config: UdpReaderConfig): Promise<TransportOpener | undefined> {
+async function openerFor(config: UdpReaderConfig, libc: Promise<Libc>): Promise<TransportOpener | undefined> {
   const opening = config.opening;
   if (opening === undefined) return undefined;
   try {
     const aead = await selectAead(opening.selection);
     const port = opening.port;
     const sessions = new SharedSessionsView(opening.sessions, () => receiveMessageOnPort(port)?.message as SharedSessionsMessage | undefined);
-    return new TransportOpener(aead, sessions.chunkAt, sessions.indices);
+    const tun = opening.tun;
+    if (tun === undefined) return new TransportOpener(aead, sessions.chunkAt, sessions.indices);
+    const writer = new TunPacketWriter(await libc, tun.fd, tun.vnetHeader, tun.offloads);
+    const header = new Int32Array(config.buffer);
+    return new TransportOpener(aead, sessions.chunkAt, sessions.indices, {
+      routes: () => sessions.routes(),
+      write: (packets, count) => {
+        const written = writer.write(packets, count);
+        Atomics.add(header, TUN_WRITTEN, written);
+        if (written < count) Atomics.add(header, TUN_WRITE_ERRORS, count - written);
+      },
+    });
   } catch {
     Atomics.store(new Int32Array(config.buffer), OPENER_FAILED, 1);
     return undefined;
@@ -242,6 +260,7 @@ async function openerFor(config: UdpReaderConfig): Promise<TransportOpener | und
 
 const config = workerData as UdpReaderConfig | undefined;
 if (config && Array.isArray(config.fds) && config.buffer instanceof SharedArrayBuffer) {
-  const [libc, opener] = await Promise.all([loadLibc(), openerFor(config)]);
+  const libcLoaded = loadLibc();
+  const [libc, opener] = await Promise.all([libcLoaded, openerFor(config, libcLoaded)]);
   runUdpReader(libc, config, opener);
 }

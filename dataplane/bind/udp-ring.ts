@@ -42,8 +42,11 @@ export const TRUNCATED = RING_HEADER_INTS + 1;
 export const KERNEL_DROPS = RING_HEADER_INTS + 2;
 /** Set to 1 by a reader that was asked to open transport messages and could not load an AEAD. */
 export const OPENER_FAILED = KERNEL_DROPS + 2;
-/** The UDP ring's header: the ring header, READ_ERRORS, TRUNCATED, KERNEL_DROPS for two sockets, OPENER_FAILED. */
-export const UDP_HEADER_INTS = OPENER_FAILED + 1;
+/** Packets the reader wrote to the TUN itself, and those the kernel refused (step 2b delivery). */
+export const TUN_WRITTEN = OPENER_FAILED + 1;
+export const TUN_WRITE_ERRORS = TUN_WRITTEN + 1;
+/** The UDP ring's header: the ring header, READ_ERRORS, TRUNCATED, KERNEL_DROPS for two sockets, OPENER_FAILED, TUN_WRITTEN, TUN_WRITE_ERRORS. */
+export const UDP_HEADER_INTS = TUN_WRITE_ERRORS + 1;
 /** Outcome records per slot, and int32 per slot's records. */
 export const SLOT_RECORDS = MAX_RUN;
 export const SLOT_RECORD_INTS = MAX_RUN * RECORD_INTS;

@@ -23,6 +23,7 @@ import type { SelectOptions } from '../crypto/select.ts';
 import { BatchPool, slotSizeForMtu } from '../pool/packet-batch.ts';
 import { OutboundPipeline } from './send.ts';
 import { receive } from './receive.ts';
+import { PublishedRoutes } from '../allowedips/published-routes.ts';
 import { DROP_REASONS } from '../drop-counters.ts';
 import type { Peer } from '../session/peer.ts';
 import { STATS_VERSION, type DeviceStats } from '../uapi/uapi-stats.ts';
@@ -145,9 +146,14 @@ export class Device {
       const batches = new BatchPool(slotSizeForMtu(Math.max(this.tun.mtu, 1500)));
       this.outbound = new OutboundPipeline(this.core, this.bind, this.pool, batches);
     }
-    // Transport messages are opened where they are received (receive.ts).
+    // Transport messages are opened where they are received, and those of confirmed sessions
+    // delivered there too (receive.ts).
+    const tun = this.tun;
     this.bind.openTransport?.({
       keypairs: this.core.keypairTable, indices: this.core.indexTable.shared, aead: options.crypto, selection: options.cryptoSelection ?? {},
+      routes: new PublishedRoutes(this.core.allowedIps, (peer) => peer.number),
+      deliver: (packets, count) => tun.write(packets, count),
+      tunWriter: tun.threadWriter && (() => tun.threadWriter!()),
     });
     const core = this.core;
     this.bind.onReceive((datagram, source, opened) => receive(core, datagram, source, opened), this.delivery);

@@ -4,10 +4,13 @@
  * step 1; today only the main thread uses the slots, through Keypair).
  *
  * A slot holds a keypair's send and receive keys, its replay window (replay.ts: the main thread
- * and a receiving thread check counters against the same one), and two int32 words:
+ * and a receiving thread check counters against the same one), and four int32 words:
  *
  *   STATE       holds (low 24 bits) | RETIRED | ZEROED
  *   GENERATION  bumped each time the slot is given to a new keypair
+ *   PEER        while a receiving thread may deliver what it opens under this keypair itself: the
+ *               number of the keypair's peer (the main thread allows it once the keypair is
+ *               confirmed, and takes it back before the keypair expires); else -1
  *
  * The lifetime rule of keypair.ts, in one word that every thread changes only with Atomics:
  * - a holder (queued work, a thread in the middle of sealing or opening) counts in STATE;
@@ -30,9 +33,10 @@ import { REPLAY_WINDOW_BYTES, ReplayWindow } from './replay.ts';
 
 /** Slots per chunk (one SharedArrayBuffer of CHUNK_BYTES). */
 export const CHUNK_SLOTS = 256;
-const WORDS_PER_SLOT = 2;
+const WORDS_PER_SLOT = 4;
 const STATE = 0;
 const GENERATION = 1;
+const PEER = 2;
 const KEY_SIZE = 32;
 /** Bytes of key material per slot: the send key, then the receive key. */
 const KEYS_PER_SLOT = 2 * KEY_SIZE;
@@ -82,6 +86,16 @@ export function slotGeneration(chunk: KeyChunk, i: number): number {
 export function slotKey(chunk: KeyChunk, i: number, which: 0 | 1): Uint8Array {
   const start = i * KEYS_PER_SLOT + which * KEY_SIZE;
   return chunk.keys.subarray(start, start + KEY_SIZE);
+}
+
+/** The peer number a receiving thread may deliver slot i's packets for itself, or -1 (see PEER above). */
+export function slotDeliveryPeer(chunk: KeyChunk, i: number): number {
+  return Atomics.load(chunk.words, i * WORDS_PER_SLOT + PEER);
+}
+
+/** Main thread: lets a receiving thread deliver slot i's packets itself, as peer `peer`'s; -1 takes it back. */
+export function setSlotDeliveryPeer(chunk: KeyChunk, i: number, peer: number): void {
+  Atomics.store(chunk.words, i * WORDS_PER_SLOT + PEER, peer);
 }
 
 /**
@@ -197,6 +211,7 @@ export class KeypairTable {
     // The slot is FREE, so no thread can hold it while we fill it; clearing STATE publishes it.
     const generation = (Atomics.load(chunk.words, base + GENERATION) + 1) | 0;
     Atomics.store(chunk.words, base + GENERATION, generation);
+    Atomics.store(chunk.words, base + PEER, -1);
     slotKey(chunk, index, 0).set(sendKey);
     slotKey(chunk, index, 1).set(receiveKey);
     slotReplayWindow(chunk, index).reset(); // a new session starts a new counter space

@@ -24,7 +24,8 @@
 import type { ReplayWindow } from './replay.ts';
 import type { SessionKeys } from '../noise/noise-protocol.ts';
 import {
-  FREE, HOLDS_MASK, RETIRED, ZEROED, holdUnlessZeroed, release, slotGeneration, slotKey, slotReplayWindow, slotState,
+  FREE, HOLDS_MASK, RETIRED, ZEROED, holdUnlessZeroed, release, setSlotDeliveryPeer, slotDeliveryPeer, slotGeneration, slotKey, slotReplayWindow,
+  slotState,
   type KeySlot, type KeypairTable,
 } from './keypair-table.ts';
 
@@ -114,7 +115,26 @@ export class Keypair {
 
   /** No longer valid (the caller unregisters its index); the keys are zeroed once no hold is left. */
   retire(): void {
+    this.stopReaderDelivery();
     this.table.retire(this.at);
+  }
+
+  /**
+   * The receiving thread may now deliver what it opens under this keypair itself, as packets of
+   * peer number `peer` (the peer confirmed it; session/transport-opener.ts).
+   */
+  allowReaderDelivery(peer: number): void {
+    if (slotGeneration(this.at.chunk, this.at.index) === this.at.generation && !this.retired) setSlotDeliveryPeer(this.at.chunk, this.at.index, peer);
+  }
+
+  /** From now on the receiving thread leaves this keypair's packets to the main thread (it nears expiry, or is retired). */
+  stopReaderDelivery(): void {
+    if (slotGeneration(this.at.chunk, this.at.index) === this.at.generation) setSlotDeliveryPeer(this.at.chunk, this.at.index, -1);
+  }
+
+  /** Whether the receiving thread may deliver this keypair's packets itself. */
+  get readerDelivers(): boolean {
+    return slotGeneration(this.at.chunk, this.at.index) === this.at.generation && slotDeliveryPeer(this.at.chunk, this.at.index) >= 0;
   }
 }
 

@@ -44,6 +44,8 @@ export interface PeerHost {
   readonly indexTable: IndexTable<Peer>;
   /** Where every keypair's keys live (shared memory). */
   readonly keypairTable: KeypairTable;
+  /** A number no other peer of this device has had or will have (the receiving thread's name for a peer). */
+  newPeerNumber(): number;
   readonly outputs: CoreOutputs;
   readonly drops: DropCounters;
   readonly mtu: number;
@@ -60,6 +62,8 @@ export interface PeerOptions {
 
 export class Peer implements TimerActions {
   readonly publicKey: Uint8Array;
+  /** This peer's number in the shared tables (allowed IPs, keypair slots), never reused. */
+  readonly number: number;
   readonly handshake: Handshake;
   readonly cookieGenerator: CookieGenerator;
   readonly keypairs = new Keypairs();
@@ -79,6 +83,7 @@ export class Peer implements TimerActions {
   constructor(private readonly host: PeerHost, publicKey: Uint8Array, options: PeerOptions = {}) {
     if (publicKey.length !== 32) throw new Error(`a peer public key has 32 bytes, got ${publicKey.length}`);
     this.publicKey = Uint8Array.from(publicKey);
+    this.number = host.newPeerNumber();
     this.handshake = new Handshake(this.publicKey);
     this.cookieGenerator = new CookieGenerator(host.crypto, this.publicKey, host.timings.cookieRefreshTime);
     this.timers = new PeerTimers(host.timings, this);
@@ -343,6 +348,8 @@ export class Peer implements TimerActions {
     const keypair = new Keypair(keys, now, this.host.keypairTable);
     this.host.indexTable.attachKeypair(keypair.localIndex, keypair);
     for (const dropped of this.keypairs.install(keypair)) this.retireKeypair(dropped);
+    // As initiator it is current at once: confirmed (the responder's waits for its first packet).
+    if (this.keypairs.current === keypair) keypair.allowReaderDelivery(this.number);
     this.timers.sessionDerived(now);
     return true;
   }
@@ -357,6 +364,7 @@ export class Peer implements TimerActions {
   receivedWithKeypair(keypair: Keypair): void {
     const confirmed = this.keypairs.confirm(keypair);
     if (!confirmed) return;
+    keypair.allowReaderDelivery(this.number);
     if (confirmed.dropped) this.retireKeypair(confirmed.dropped);
     this.markHandshakeComplete();
     this.sendStagedPackets();

@@ -24,12 +24,23 @@
  * window and the rest (core.receiveOpenedTransport). The hold guarantees only that the key was
  * not zeroed or replaced while it was read.
  *
+ * Delivering (docs/data-workers.md step 2b), when the opener has a `delivery` and the main thread
+ * lets this keypair's packets be delivered here (its slot names the peer: confirmed, not near
+ * expiry): a keepalive, or an inner packet of a valid length whose source the published
+ * allowed-IPs table gives to that peer, passes the keypair's replay window (shared with the main
+ * thread) and is written by `delivery.write` at the next flush: DELIVERED, or REPLAYED when the
+ * window refuses it. The main thread then only keeps the books (timers, counters, the endpoint).
+ * A packet that fails a check before the window stays OPENED and takes the main thread's path, so
+ * the drop counters do not change.
+ *
  * Consecutive datagrams under one keypair (a UDP GRO run, mostly) are opened in one openSlots
  * call (aead-slots.ts).
  */
 import type { SlotAead } from '../crypto/primitives.ts';
-import { MESSAGE_TRANSPORT, TRANSPORT, TRANSPORT_HEADER_SIZE, TRANSPORT_MIN_SIZE, readCounter, readU32 } from '../noise/messages.ts';
-import { CHUNK_SLOTS, release, slotKey, tryHold, type KeyChunk } from './keypair-table.ts';
+import { MESSAGE_TRANSPORT, TRANSPORT, TRANSPORT_HEADER_SIZE, TRANSPORT_MIN_SIZE, innerPacketLength, readCounter, readU32 } from '../noise/messages.ts';
+import { CHUNK_SLOTS, release, slotDeliveryPeer, slotKey, slotReplayWindow, tryHold, type KeyChunk } from './keypair-table.ts';
+import type { ReplayWindow } from './replay.ts';
+import { flatLookupSource } from '../allowedips/flat-allowedips.ts';
 import type { IndexMapReader, IndexedSlot } from './shared-index-map.ts';
 import { isZeroKey32 } from './transport.ts';
 
@@ -37,6 +48,10 @@ export const NOT_OPENED = 0;
 export const OPENED = 1;
 export const AUTH_FAILED = 2;
 export const ZERO_KEY_REFUSED = 3;
+/** Opened, checked and written here (a keepalive: nothing to write); LENGTH as for OPENED. */
+export const DELIVERED = 4;
+/** Opened, then refused by the replay window. */
+export const REPLAYED = 5;
 
 export const RECORD_INTS = 4;
 export const R_OUTCOME = 0;
@@ -58,16 +73,45 @@ export interface OpenedTransport {
 /** The key-table chunk of a chunk number, or undefined when this thread does not have it (yet). */
 export type ChunkLookup = (chunk: number) => KeyChunk | undefined;
 
+/** Where a delivering opener gets the routes, and how it writes what it delivers. */
+export interface OpenerDelivery {
+  /** The latest published allowed-IPs table (flat-allowedips.ts), or undefined: then nothing is delivered here. */
+  routes(): Int32Array | undefined;
+  /** Writes `count` inner packets (views, valid during the call), in order. */
+  write(packets: Uint8Array[], count: number): void;
+}
+
 export class TransportOpener {
   private readonly lengths = new Int32Array(MAX_RUN);
   private readonly counters = new Float64Array(MAX_RUN);
   private readonly found: IndexedSlot = { slot: 0, generation: 0 };
-  /** Datagrams opened, failed and left alone, for tests and diagnostics. */
+  /** Packets delivered since the last flush (views into the datagrams' buffers). */
+  private readonly pending: Uint8Array[] = [];
+  private pendingCount = 0;
+  /** Replay windows by table slot, with the generation they belong to (a view per slot, made once). */
+  private readonly windows = new Map<number, { generation: number; window: ReplayWindow }>();
+  /** Datagrams opened, failed and left alone, and of the opened ones delivered here, for tests and diagnostics. */
   opened = 0;
   failed = 0;
   left = 0;
+  delivered = 0;
 
-  constructor(private readonly aead: SlotAead, private readonly chunkAt: ChunkLookup, private readonly indices: IndexMapReader) {}
+  constructor(
+    private readonly aead: SlotAead, private readonly chunkAt: ChunkLookup, private readonly indices: IndexMapReader,
+    private readonly delivery?: OpenerDelivery,
+  ) {}
+
+  /** Writes what was delivered since the last flush; call before the datagrams' buffers are reused. */
+  flush(): void {
+    const count = this.pendingCount;
+    if (count === 0) return;
+    this.pendingCount = 0;
+    try {
+      this.delivery!.write(this.pending, count);
+    } finally {
+      this.pending.fill(undefined as unknown as Uint8Array, 0, count);
+    }
+  }
 
   /**
    * Opens the datagrams of one received message in place: `length` bytes at `data[start]`, one
@@ -121,6 +165,9 @@ export class TransportOpener {
     const key = slotKey(chunk, within, 1);
     const zero = isZeroKey32(key);
     const { lengths, counters } = this;
+    // Read once, under the hold: whether this keypair's packets may be delivered here.
+    const peer = this.delivery === undefined ? -1 : slotDeliveryPeer(chunk, within);
+    const routes = peer < 0 ? undefined : this.delivery!.routes();
     for (let k = 0; k < n; k++) {
       const base = first + k * stride;
       lengths[k] = stride - TRANSPORT_HEADER_SIZE;
@@ -130,13 +177,43 @@ export class TransportOpener {
     for (let k = 0; k < n; k++) {
       const r = at + k * RECORD_INTS;
       const plaintext = lengths[k];
-      records[r + R_OUTCOME] = zero ? ZERO_KEY_REFUSED : plaintext < 0 ? AUTH_FAILED : OPENED;
+      let outcome = zero ? ZERO_KEY_REFUSED : plaintext < 0 ? AUTH_FAILED : OPENED;
+      if (outcome === OPENED && routes !== undefined) {
+        outcome = this.deliver(data, first + k * stride + TRANSPORT_HEADER_SIZE, plaintext, counters[k], peer, routes, chunk, within, slot, generation);
+      }
+      records[r + R_OUTCOME] = outcome;
       records[r + R_LENGTH] = plaintext;
       records[r + R_SLOT] = slot;
       records[r + R_GENERATION] = generation;
       if (plaintext < 0 || zero) this.failed++;
       else this.opened++;
     }
+  }
+
+  /** The checks before delivery, in order; DELIVERED (queued for the flush), REPLAYED, or OPENED (left to the main thread). */
+  private deliver(
+    data: Uint8Array, start: number, plaintext: number, counter: number, peer: number, routes: Int32Array,
+    chunk: KeyChunk, within: number, slot: number, generation: number,
+  ): number {
+    let packet: Uint8Array | undefined;
+    if (plaintext > 0) {
+      const length = innerPacketLength(data, start, plaintext);
+      if (length < 0) return OPENED; // the main thread counts it (bad-inner-packet)
+      packet = data.subarray(start, start + length);
+      if (flatLookupSource(routes, packet, 0) !== peer) return OPENED; // allowed-ips-mismatch, or a table not published yet
+    }
+    if (!this.windowOf(chunk, within, slot, generation).check(counter)) return REPLAYED;
+    if (packet !== undefined) this.pending[this.pendingCount++] = packet;
+    this.delivered++;
+    return DELIVERED;
+  }
+
+  private windowOf(chunk: KeyChunk, within: number, slot: number, generation: number): ReplayWindow {
+    const known = this.windows.get(slot);
+    if (known !== undefined && known.generation === generation) return known.window;
+    const window = slotReplayWindow(chunk, within);
+    this.windows.set(slot, { generation, window });
+    return window;
   }
 }
 

@@ -124,6 +124,8 @@ export interface Libc {
   readonly backend: 'koffi' | 'bun:ffi';
   open(path: Uint8Array, flags: number, mode: number): number;
   close(fd: number): number;
+  /** A second descriptor for the same open file (the lowest free number), or -1. */
+  dup(fd: number): number;
   ioctl(fd: number, request: number, arg: Uint8Array): number;
   /** ioctl with an integer argument passed by value (TUNSETOFFLOAD). */
   ioctlValue(fd: number, request: number, value: number): number;
@@ -190,6 +192,7 @@ async function bindWithKoffi(): Promise<Libc> {
       backend: 'koffi',
       open: f('int open(const uint8_t *path, int flags, int mode)'),
       close: f('int close(int fd)'),
+      dup: f('int dup(int fd)'),
       ioctl: f('int ioctl(int fd, unsigned long request, uint8_t *arg)'),
       ioctlValue: f('int ioctl(int fd, unsigned long request, unsigned long value)'),
       read: f('long read(int fd, uint8_t *buf, size_t count)'),
@@ -223,6 +226,7 @@ async function bindWithBunFfi(): Promise<Libc> {
   const declarations = {
     open: { args: ['ptr', 'i32', 'i32'], returns: 'i32' },
     close: { args: ['i32'], returns: 'i32' },
+    dup: { args: ['i32'], returns: 'i32' },
     ioctl: { args: ['i32', 'u64', 'ptr'], returns: 'i32' },
     // ssize_t results fit an int here (at most 64 KiB or -1); i64 would come back as a BigInt.
     read: { args: ['i32', 'ptr', 'u64'], returns: 'i32' },
@@ -256,6 +260,7 @@ async function bindWithBunFfi(): Promise<Libc> {
       backend: 'bun:ffi',
       open: s.open as Libc['open'],
       close: s.close as Libc['close'],
+      dup: s.dup as Libc['dup'],
       ioctl: s.ioctl as Libc['ioctl'],
       // The same symbol, its pointer argument given as a plain number (bun:ffi passes it as the value).
       ioctlValue: s.ioctl as Libc['ioctlValue'],

@@ -39,7 +39,7 @@ import {
   O_CLOEXEC, O_NONBLOCK, O_RDWR, SIOCGIFMTU, SIOCSIFMTU, SOCK_CLOEXEC, SOCK_DGRAM, TUNSETIFF, TUNSETOFFLOAD, TUN_F_CSUM, TUN_F_TSO4,
   TUN_F_TSO6, cString, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
-import { MAX_COALESCED, VNET_HDR_SIZE, coalesceAndWrite } from './offload.ts';
+import { TunPacketWriter } from './tun-writer.ts';
 import { startWorker } from '../sys/threads.ts';
 import { StallWatch, WATCH_INTERVAL_MS as RING_WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 import type { ReaderConfig } from './reader-worker.ts';
@@ -48,7 +48,7 @@ import {
   CONSUMER_WAITING, LAST_ERRNO, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, WRITE_SEQ, awaitStopped, release, requestStop, seqAdd, seqDistance,
 } from '../ring/shared-ring.ts';
 import { READER_WAIT_BACKSTOP_MS, awaitBooted, awaitChange, settleWaits } from '../ring/ring-wait.ts';
-import type { OpenTunOptions, Tun, TunStats } from './tun.ts';
+import type { OpenTunOptions, Tun, TunStats, TunThreadWriter } from './tun.ts';
 
 /** How often the fallback existence check runs. */
 const WATCH_INTERVAL_MS = 1000;
@@ -105,8 +105,8 @@ export class LinuxTun implements Tun, Liveness {
   private readonly closeHandlers: Array<() => void> = [];
   private readonly probe = new Uint8Array(1);
   /** With a vnet header: the buffer each write is assembled in, and coalesceAndWrite's scratch. */
-  private writeBuffer: Uint8Array | undefined;
-  private writeDone = new Uint8Array(256);
+  /** The main thread's writes (with their own scratch buffers). */
+  private readonly writer: TunPacketWriter;
   private worker: Worker | undefined;
   private wakeFd = -1;
   private onPackets: ((packets: Uint8Array[], count: number) => void) | undefined;
@@ -130,6 +130,7 @@ export class LinuxTun implements Tun, Liveness {
     readonly offloads: number,
   ) {
     this.buffer = new SharedArrayBuffer(ringBytes({ slots: DEFAULT_SLOTS, slotSize: SLOT_SIZE }));
+    this.writer = new TunPacketWriter(libc, fd, vnetHeader, offloads);
     this.ring = ringViews(this.buffer, { slots: DEFAULT_SLOTS, slotSize: SLOT_SIZE });
     this.stats = new LinuxTunStats(this.ring.header);
     this.lastMtu = 0;
@@ -261,46 +262,14 @@ export class LinuxTun implements Tun, Liveness {
   }
 
   write(packets: Uint8Array[], count: number): void {
-    const { libc, fd, stats } = this;
+    const stats = this.stats;
     if (this.closed) {
       stats.writeErrors += count;
       return;
     }
-    if (this.vnetHeader) {
-      // Coalesced per TCP flow when the kernel takes TSO; a vnet header on every write in any case.
-      let buffer = this.writeBuffer;
-      if (buffer === undefined) buffer = this.writeBuffer = new Uint8Array(VNET_HDR_SIZE + MAX_COALESCED);
-      if (this.writeDone.length < count) this.writeDone = new Uint8Array(Math.max(count, 2 * this.writeDone.length));
-      const written = this.offloads !== 0 && count > 1
-        ? coalesceAndWrite(packets, count, buffer, this.writeDone, this.writeOne)
-        : this.writeEach(packets, count, buffer);
-      stats.writePackets += written;
-      stats.writeErrors += count - written;
-      return;
-    }
-    for (let i = 0; i < count; i++) {
-      const packet = packets[i];
-      const length = packet.length;
-      if (length > 0 && libc.write(fd, packet, length) === length) stats.writePackets++;
-      else stats.writeErrors++;
-    }
-  }
-
-  /** One write(2) of `length` bytes of `buffer` (a vnet header, then the packet). */
-  private readonly writeOne = (buffer: Uint8Array, length: number): boolean => this.libc.write(this.fd, buffer, length) === length;
-
-  /** Each packet alone, behind an empty vnet header (GSO_NONE, checksum complete). */
-  private writeEach(packets: Uint8Array[], count: number, buffer: Uint8Array): number {
-    let written = 0;
-    buffer.fill(0, 0, VNET_HDR_SIZE);
-    for (let i = 0; i < count; i++) {
-      const packet = packets[i];
-      const length = packet.length;
-      if (length === 0 || length > buffer.length - VNET_HDR_SIZE) continue;
-      buffer.set(packet, VNET_HDR_SIZE);
-      if (this.writeOne(buffer, VNET_HDR_SIZE + length)) written++;
-    }
-    return written;
+    const written = this.writer.write(packets, count);
+    stats.writePackets += written;
+    stats.writeErrors += count - written;
   }
 
   onClose(handler: () => void): void {
@@ -309,6 +278,13 @@ export class LinuxTun implements Tun, Liveness {
       return;
     }
     this.closeHandlers.push(handler);
+  }
+
+  /** A dup of the device's descriptor for another thread's writes (its owner closes it), and the write format. */
+  threadWriter(): TunThreadWriter | undefined {
+    if (this.closed) return undefined;
+    const fd = this.libc.dup(this.fd);
+    return fd < 0 ? undefined : { fd, vnetHeader: this.vnetHeader, offloads: this.offloads };
   }
 
   close(): void {

@@ -20,6 +20,16 @@ export interface TunStats {
   readErrors: number;
 }
 
+/** What another thread needs to write packets to the device itself (Tun.threadWriter). */
+export interface TunThreadWriter {
+  /** A descriptor of its own (dup): the receiver closes it when done, whatever the Tun does meanwhile. */
+  fd: number;
+  /** Each write starts with a virtio-net header (IFF_VNET_HDR). */
+  vnetHeader: boolean;
+  /** The TUN_F_* offloads the kernel accepted (0 = none): with TSO, TCP packets may be written coalesced. */
+  offloads: number;
+}
+
 export interface Tun {
   /** The actual interface name (what the kernel picked when the requested name contained %d). */
   readonly name: string;
@@ -46,6 +56,8 @@ export interface Tun {
    * counts every packet as an error.
    */
   write(packets: Uint8Array[], count: number): void;
+  /** Optional: a descriptor and the write format for another thread that writes packets itself (undefined once closed). */
+  threadWriter?(): TunThreadWriter | undefined;
   /**
    * `handler` runs once when the interface disappears (`ip link del`) or reading fails for good,
    * so the daemon can exit like wireguard-go. Not called for an explicit `close()`. A handler

@@ -19,9 +19,12 @@ import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
 import { until } from '../helpers/until.ts';
 import { filledKey, payload, transportMessage } from '../helpers/transport-message.ts';
-import { CHUNK_SLOTS, HOLDS_MASK, KeypairTable, slotState } from '../../dataplane/session/keypair-table.ts';
+import { CHUNK_SLOTS, HOLDS_MASK, KeypairTable, setSlotDeliveryPeer, slotState } from '../../dataplane/session/keypair-table.ts';
 import { SharedIndexMap } from '../../dataplane/session/shared-index-map.ts';
-import { AUTH_FAILED, NOT_OPENED, OPENED, type OpenedTransport } from '../../dataplane/session/transport-opener.ts';
+import { AUTH_FAILED, DELIVERED, NOT_OPENED, OPENED, REPLAYED, type OpenedTransport } from '../../dataplane/session/transport-opener.ts';
+import { AllowedIps } from '../../dataplane/allowedips/allowedips.ts';
+import { PublishedRoutes } from '../../dataplane/allowedips/published-routes.ts';
+import { parsePrefix } from '../../dataplane/net/ip.ts';
 import {
   AF_INET, EAGAIN, EINVAL, SOCKADDR_IN_SIZE, SOCK_DGRAM, SOL_SOCKET, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF, loadLibc, type Libc,
 } from '../../dataplane/sys/libc.ts';
@@ -618,6 +621,53 @@ describe('FfiUdpBind opening transport messages in its reader thread', () => {
       assert.deepEqual(r.data.subarray(16, 1216), payload(1200, i));
     });
     for (const at of [first, late[last]]) assert.equal(slotState(at.chunk, at.index) & HOLDS_MASK, 0, 'no hold left');
+  });
+
+  test('delivering: a confirmed keypair\'s packets are written by the reader thread itself (once), the rest handed over', async () => {
+    const crypto = await selectCrypto();
+    const libc = await loadLibc();
+    const keypairs = new KeypairTable();
+    const indices = new SharedIndexMap();
+    const table = new AllowedIps<number>();
+    table.insert(parsePrefix('10.0.0.0/24'), 7);
+    const confirmed = keypairs.allocate(filledKey(0x55), filledKey(1));
+    indices.set(0x100, confirmed.slot, confirmed.generation);
+    setSlotDeliveryPeer(confirmed.chunk, confirmed.index, 7);
+    const unconfirmed = keypairs.allocate(filledKey(0x55), filledKey(2));
+    indices.set(0x200, unconfirmed.slot, unconfirmed.generation);
+    // The "TUN": a UDP socket connected to a node:dgram one, so each write(2) the reader makes arrives as a datagram.
+    const sink = await dgramSocket('udp4');
+    const tunSide = dgram.createSocket('udp4');
+    await new Promise<void>((resolve) => tunSide.bind(0, '127.0.0.1', resolve));
+    await new Promise<void>((resolve, reject) => tunSide.connect(sink.socket.address().port, '127.0.0.1', (err?: Error) => (err ? reject(err) : resolve())));
+    opened.push({ close: () => new Promise<void>((resolve) => tunSide.close(() => resolve())) });
+    const tunFd = (tunSide as unknown as { _handle: { fd: number } })._handle.fd;
+    const bind = new FfiUdpBind();
+    bind.openTransport({
+      keypairs, indices, aead: crypto, selection: {}, routes: new PublishedRoutes(table, (peer) => peer),
+      tunWriter: () => ({ fd: libc.dup(tunFd), vnetHeader: false, offloads: 0 }),
+    });
+    const got: Array<{ outcome: number }> = [];
+    bind.onReceive((_data, _source, outcome) => got.push({ outcome: outcome.outcome }));
+    opened.push(bind);
+    await bind.open(0);
+    await bind.ready();
+    const a = await ffiBind();
+    const to = new Endpoint('127.0.0.1', bind.port);
+    const inner = payload(60, 3);
+    inner[0] = 0x45;
+    inner[2] = 0;
+    inner[3] = 60;
+    inner.set([10, 0, 0, 5], 12);
+    const message = transportMessage(crypto, 0x100, 1, 9, inner);
+    a.bind.send(to, message);
+    a.bind.send(to, message); // a replay
+    a.bind.send(to, transportMessage(crypto, 0x200, 2, 9, inner)); // unconfirmed: the main thread's
+    await until(() => got.length === 3, 10_000, 'three records');
+    assert.deepEqual(got.map((r) => r.outcome), [DELIVERED, REPLAYED, OPENED]);
+    await until(() => sink.got.length === 1, 10_000, 'the packet at the "TUN"');
+    assert.deepEqual(new Uint8Array(sink.got[0].data), inner, 'the inner packet, written once by the reader');
+    assert.deepEqual(bind.tunWrites, { written: 1, errors: 0 });
   });
 
   test('a reader that cannot load an AEAD provider says so and hands every datagram over as it came', async () => {

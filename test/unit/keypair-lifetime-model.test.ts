@@ -400,6 +400,7 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
     for (const n of ['a', 'b'] as const) {
       const opener = (sides[n].bind as MemoryBind).openerCounts;
       assert.ok(opener && opener.opened > 0 && opener.failed > 0, `${n}'s bind opened datagrams on arrival, and refused forged ones: ${JSON.stringify(opener)}`);
+      assert.ok(opener.delivered > 0 && opener.delivered < opener.opened, `${n}'s bind delivered some of them itself (confirmed sessions), and left the rest to the device: ${JSON.stringify(opener)}`);
     }
     assert.ok(drops.a.get('keypair-retired') + drops.b.get('keypair-retired') > 0, 'the race was exercised: some datagrams opened on arrival met their keypair retired when handled');
     assert.ok(drops.a.get('sending-keypair-retired') + drops.b.get('sending-keypair-retired') > 0, 'and outbound: some queued packets met a retired keypair');

@@ -274,11 +274,39 @@ describe('the pipelines drop work queued for a keypair retired before it ran', (
     return { pool, pair, ping, captured, peerOf, deliverToB, capture };
   }
 
+  test('inbound, delivered on arrival under a confirmed keypair: written at once, and a key change before the device reads the records changes nothing', async () => {
+    const t = await setUp();
+    try {
+      const datagrams = await t.capture(20, 1);
+      const k = t.peerOf('b').keypairs.current!;
+      assert.equal(k.readerDelivers, true, 'confirmed: the receiving side may deliver its packets');
+      const written = t.pair.b.tun.written.length;
+      const before = { ...(t.pair.b.bind as MemoryBind).openerCounts! };
+      for (const d of datagrams) t.deliverToB(d);
+      assert.equal(t.pair.b.tun.written.length, written + 20, 'written as they arrived');
+      assert.equal((t.pair.b.bind as MemoryBind).openerCounts!.delivered - before.delivered, 20);
+      const rx = t.peerOf('b').rxBytes;
+      t.pair.b.device.core.setPrivateKey(t.pair.b.device.core.ourPrivateKey!); // same turn: every session ends
+      assert.equal(k.keysZeroed, true, 'nothing holds it');
+      await turn();
+      await turn();
+      assert.deepEqual(t.pair.b.device.core.drops.snapshot(), {}, 'nothing dropped: they were out before the keypair went');
+      assert.equal(t.pair.b.tun.written.length, written + 20, 'and nothing written twice');
+      assert.equal(rx, t.peerOf('b').rxBytes, 'no books kept for a peer whose sessions ended');
+      for (const d of datagrams) t.deliverToB(d); // the same datagrams again
+      await turn();
+      assert.equal(t.pair.b.tun.written.length, written + 20, 'replays under a gone keypair deliver nothing');
+    } finally {
+      await t.pair.close();
+    }
+  });
+
   test('inbound, opened on arrival, then retired before the device handles it (a key change in the same turn): not delivered, keys zeroed at once', async () => {
     const t = await setUp();
     try {
       const datagrams = await t.capture(20, 1);
       const k = t.peerOf('b').keypairs.current!;
+      k.stopReaderDelivery(); // as near its expiry: the main thread decides
       const written = t.pair.b.tun.written.length;
       const before = { ...(t.pair.b.bind as MemoryBind).openerCounts! };
       for (const d of datagrams) t.deliverToB(d); // B's bind opens each under k as it arrives

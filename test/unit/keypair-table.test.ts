@@ -14,7 +14,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  CHUNK_SLOTS, FREE, HOLDS_MASK, KeypairTable, RETIRED, holdUnlessZeroed, release, slotKey, slotState, tryHold,
+  CHUNK_SLOTS, FREE, HOLDS_MASK, KeypairTable, RETIRED, chunkViews, holdUnlessZeroed, release, slotKey, slotState, tryHold,
   type KeySlot,
 } from '../../dataplane/session/keypair-table.ts';
 import { startWorker } from '../../dataplane/sys/threads.ts';
@@ -276,8 +276,8 @@ describe('keypair table: real threads', () => {
     // Everything the workers held is released: retiring what is left zeroes every slot.
     for (const k of live) table.retire(k!.at);
     for (const buffer of config.chunks) {
-      const words = new Int32Array(buffer, 0, CHUNK_SLOTS * 2);
-      for (let i = 0; i < CHUNK_SLOTS; i++) assert.equal(words[i * 2], FREE, `slot ${i} left held or unzeroed`);
+      const chunk = chunkViews(buffer);
+      for (let i = 0; i < CHUNK_SLOTS; i++) assert.equal(slotState(chunk, i), FREE, `slot ${i} left held or unzeroed`);
     }
   });
 });

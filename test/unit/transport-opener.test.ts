@@ -14,13 +14,16 @@ import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import type { Crypto } from '../../dataplane/crypto/primitives.ts';
-import { CHUNK_SLOTS, HOLDS_MASK, KeypairTable, slotKey, slotState, type KeySlot } from '../../dataplane/session/keypair-table.ts';
+import { CHUNK_SLOTS, HOLDS_MASK, KeypairTable, setSlotDeliveryPeer, slotKey, slotState, type KeySlot } from '../../dataplane/session/keypair-table.ts';
 import { SharedIndexMap } from '../../dataplane/session/shared-index-map.ts';
 import { SharedSessionsView, shareSessions, type SharedSessionsMessage } from '../../dataplane/session/shared-sessions.ts';
 import {
-  AUTH_FAILED, MAX_RUN, NOT_OPENED, OPENED, RECORD_INTS, R_GENERATION, R_LENGTH, R_OUTCOME, R_SLOT, TransportOpener, ZERO_KEY_REFUSED,
+  AUTH_FAILED, DELIVERED, MAX_RUN, NOT_OPENED, OPENED, REPLAYED, RECORD_INTS, R_GENERATION, R_LENGTH, R_OUTCOME, R_SLOT, TransportOpener, ZERO_KEY_REFUSED,
 } from '../../dataplane/session/transport-opener.ts';
 import { writeCounter } from '../../dataplane/noise/messages.ts';
+import { AllowedIps } from '../../dataplane/allowedips/allowedips.ts';
+import { PublishedRoutes } from '../../dataplane/allowedips/published-routes.ts';
+import { parsePrefix } from '../../dataplane/net/ip.ts';
 import { filledKey as key, payload, transportMessage } from '../helpers/transport-message.ts';
 
 let crypto: Crypto;
@@ -33,7 +36,7 @@ function setUp() {
   const keypairs = new KeypairTable();
   const indices = new SharedIndexMap();
   const posted: SharedSessionsMessage[] = [];
-  const shared = shareSessions(keypairs, indices, (m) => posted.push(m));
+  const shared = shareSessions(keypairs, indices, undefined, (m) => posted.push(m));
   const view = new SharedSessionsView(shared.init, () => posted.shift());
   const opener = new TransportOpener(crypto, view.chunkAt, view.indices);
   /** A keypair whose receive key is `fill` repeated, under receiver index `index`. */
@@ -144,5 +147,73 @@ describe('transport opener', () => {
       opener.openMessage(d, 0, d.length, d.length, records, 0);
       assert.deepEqual([records[R_OUTCOME], records[R_SLOT]], [OPENED, slots[i].slot], `keypair ${i}`);
     }
+  });
+});
+
+describe('transport opener delivering (step 2b)', () => {
+  /** An IPv4 packet from `source` with `payload` bytes after the header. */
+  const ipv4 = (source: string, size: number, seed: number) => {
+    const packet = payload(20 + size, seed);
+    packet[0] = 0x45;
+    packet[2] = (20 + size) >> 8;
+    packet[3] = (20 + size) & 0xff;
+    packet.set(source.split('.').map(Number), 12);
+    return packet;
+  };
+
+  function deliveringSetUp() {
+    const keypairs = new KeypairTable();
+    const indices = new SharedIndexMap();
+    const routesTable = new AllowedIps<number>();
+    routesTable.insert(parsePrefix('10.0.0.0/24'), 7);
+    routesTable.insert(parsePrefix('10.0.0.128/25'), 8);
+    const routes = new PublishedRoutes(routesTable, (peer) => peer);
+    const posted: SharedSessionsMessage[] = [];
+    const shared = shareSessions(keypairs, indices, routes, (m) => posted.push(m));
+    const view = new SharedSessionsView(shared.init, () => posted.shift());
+    const written: Uint8Array[] = [];
+    const opener = new TransportOpener(crypto, view.chunkAt, view.indices, {
+      routes: () => view.routes(),
+      write: (packets, count) => { for (let i = 0; i < count; i++) written.push(packets[i].slice()); },
+    });
+    const add = (index: number, fill: number, peer: number) => {
+      const at = keypairs.allocate(key(0x55), key(fill));
+      indices.set(index, at.slot, at.generation);
+      setSlotDeliveryPeer(at.chunk, at.index, peer);
+      return at;
+    };
+    const records = new Int32Array(RECORD_INTS);
+    const open = (d: Uint8Array) => {
+      opener.openMessage(d, 0, d.length, d.length, records, 0);
+      opener.flush();
+      return records[R_OUTCOME];
+    };
+    return { keypairs, opener, add, open, written, routesTable };
+  }
+
+  test('delivered once, replays refused, and whatever fails a check before the window left to the main thread', async () => {
+    const { opener, add, open, written, routesTable } = deliveringSetUp();
+    const confirmed = add(0x1, 1, 7);
+    add(0x2, 2, -1); // not confirmed: the main thread decides
+    const inner = ipv4('10.0.0.5', 60, 1);
+    assert.equal(open(message(0x1, 1, 1, inner)), DELIVERED);
+    assert.deepEqual(written, [inner], 'the inner packet, unpadded');
+    assert.equal(open(message(0x1, 1, 1, inner)), REPLAYED, 'the same counter again');
+    assert.equal(open(message(0x1, 1, 0, new Uint8Array(0))), DELIVERED, 'a keepalive passes the window, and writes nothing');
+    assert.equal(open(message(0x1, 1, 0, new Uint8Array(0))), REPLAYED);
+    assert.equal(open(message(0x2, 2, 1, inner)), OPENED, 'an unconfirmed keypair');
+    assert.equal(open(message(0x1, 1, 2, ipv4('10.0.0.200', 60, 2))), OPENED, 'a source the table gives to another peer');
+    assert.equal(open(message(0x1, 1, 3, ipv4('192.0.2.1', 60, 3))), OPENED, 'a source no peer has');
+    const bad = ipv4('10.0.0.5', 60, 4);
+    bad[2] = 0x7f; // a length past the plaintext
+    assert.equal(open(message(0x1, 1, 4, bad)), OPENED, 'a bad inner packet');
+    assert.equal(open(message(0x1, 1, 2, ipv4('10.0.0.5', 60, 5))), DELIVERED, 'counter 2 was never accepted: the window was not moved by the refusals');
+    assert.equal(written.length, 2);
+    // A prefix moves to another peer: the next table is published at the end of this turn.
+    routesTable.insert(parsePrefix('10.0.0.5/32'), 9);
+    await Promise.resolve();
+    assert.equal(open(message(0x1, 1, 5, ipv4('10.0.0.5', 60, 6))), OPENED, 'the new table is read');
+    assert.equal(opener.delivered, 3, 'two packets and a keepalive');
+    assert.equal(slotState(confirmed.chunk, confirmed.index) & HOLDS_MASK, 0, 'no hold left');
   });
 });

@@ -1,0 +1,51 @@
+/**
+ * Writing IP packets to a TUN descriptor, in the device's format: with a virtio-net header before
+ * each write when the descriptor has IFF_VNET_HDR, and, when the kernel took TSO, the TCP packets
+ * of one flow coalesced into one super-packet (offload.ts). LinuxTun writes through one of these
+ * on the main thread, the UDP reader thread through its own (on its own dup of the descriptor:
+ * docs/data-workers.md step 2b); each keeps its own scratch buffers, so neither waits for the other.
+ */
+import type { Libc } from '../sys/libc.ts';
+import { MAX_COALESCED, VNET_HDR_SIZE, coalesceAndWrite } from './offload.ts';
+
+export class TunPacketWriter {
+  private buffer: Uint8Array | undefined;
+  private done = new Uint8Array(256);
+
+  constructor(private readonly libc: Libc, private readonly fd: number, private readonly vnetHeader: boolean, private readonly offloads: number) {}
+
+  /** Writes the first `count` packets; returns how many the kernel took (each coalesced segment counts). Never throws for a refused packet. */
+  write(packets: readonly Uint8Array[], count: number): number {
+    if (!this.vnetHeader) {
+      let written = 0;
+      for (let i = 0; i < count; i++) {
+        const packet = packets[i];
+        if (packet.length > 0 && this.libc.write(this.fd, packet, packet.length) === packet.length) written++;
+      }
+      return written;
+    }
+    // Coalesced per TCP flow when the kernel takes TSO; a vnet header on every write in any case.
+    const buffer = (this.buffer ??= new Uint8Array(VNET_HDR_SIZE + MAX_COALESCED));
+    if (this.done.length < count) this.done = new Uint8Array(Math.max(count, 2 * this.done.length));
+    return this.offloads !== 0 && count > 1
+      ? coalesceAndWrite(packets, count, buffer, this.done, this.writeOne)
+      : this.writeEach(packets, count, buffer);
+  }
+
+  /** One write(2) of `length` bytes of `buffer` (a vnet header, then the packet). */
+  private readonly writeOne = (buffer: Uint8Array, length: number): boolean => this.libc.write(this.fd, buffer, length) === length;
+
+  /** Each packet alone, behind an empty vnet header (GSO_NONE, checksum complete). */
+  private writeEach(packets: readonly Uint8Array[], count: number, buffer: Uint8Array): number {
+    let written = 0;
+    buffer.fill(0, 0, VNET_HDR_SIZE);
+    for (let i = 0; i < count; i++) {
+      const packet = packets[i];
+      const length = packet.length;
+      if (length === 0 || length > buffer.length - VNET_HDR_SIZE) continue;
+      buffer.set(packet, VNET_HDR_SIZE);
+      if (this.writeOne(buffer, VNET_HDR_SIZE + length)) written++;
+    }
+    return written;
+  }
+}
