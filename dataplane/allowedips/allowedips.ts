@@ -15,29 +15,16 @@
  */
 import { maskAddress, type Prefix } from '../net/ip.ts';
 import {
+  IPV4_DESTINATION_OFFSET, IPV4_MIN_HEADER, IPV4_SOURCE_OFFSET, IPV6_DESTINATION_OFFSET, IPV6_HEADER, IPV6_SOURCE_OFFSET, readWord,
   FLAT_HEADER_INTS, FLAT_NODES, FLAT_NODE_INTS, FLAT_ROOT4, FLAT_ROOT6, F_BRANCH_SHIFT, F_BRANCH_WORD, F_CHILD0, F_CHILD1, F_M0, F_M1, F_M2,
   F_M3, F_PEER, F_W0, F_W1, F_W2, F_W3,
 } from './flat-allowedips.ts';
-
-/** IPv4 header: version nibble 4, minimum header 20 bytes, source at 12, destination at 16. */
-const IPV4_MIN_HEADER = 20;
-const IPV4_SOURCE_OFFSET = 12;
-const IPV4_DESTINATION_OFFSET = 16;
-/** IPv6 header: version nibble 6, fixed header 40 bytes, source at 8, destination at 24. */
-const IPV6_HEADER = 40;
-const IPV6_SOURCE_OFFSET = 8;
-const IPV6_DESTINATION_OFFSET = 24;
 
 /** A 32-bit mask with the top `bits` bits set (bits clamped to 0..32). */
 function leadingOnes(bits: number): number {
   if (bits <= 0) return 0;
   if (bits >= 32) return -1;
   return -1 << (32 - bits);
-}
-
-/** Reads four big-endian bytes as a signed 32-bit integer (node words use the same representation). */
-function readWord(bytes: Uint8Array, at: number): number {
-  return (bytes[at] << 24) | (bytes[at + 1] << 16) | (bytes[at + 2] << 8) | bytes[at + 3];
 }
 
 class TrieNode<P> {

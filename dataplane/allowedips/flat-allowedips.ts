@@ -32,22 +32,27 @@ export const F_CHILD0 = 11;
 export const F_CHILD1 = 12;
 export const FLAT_NODE_INTS = 13;
 
-/** IPv4: version 4, header at least 20 bytes, source at 12, destination at 16; IPv6: 40, 8, 24. */
-const IPV4_MIN_HEADER = 20;
-const IPV6_HEADER = 40;
+/** The IP header fields a lookup reads: version 4 (header at least 20 bytes, source at 12, destination at 16) or 6 (40, 8, 24). */
+export const IPV4_MIN_HEADER = 20;
+export const IPV4_SOURCE_OFFSET = 12;
+export const IPV4_DESTINATION_OFFSET = 16;
+export const IPV6_HEADER = 40;
+export const IPV6_SOURCE_OFFSET = 8;
+export const IPV6_DESTINATION_OFFSET = 24;
 
-function readWord(bytes: Uint8Array, at: number): number {
+/** Reads four big-endian bytes as a signed 32-bit integer (the tries' word form). */
+export function readWord(bytes: Uint8Array, at: number): number {
   return (bytes[at] << 24) | (bytes[at + 1] << 16) | (bytes[at + 2] << 8) | bytes[at + 3];
 }
 
 /** The peer number for the source address of the IP packet at `offset` (the inbound check), or -1. */
 export function flatLookupSource(flat: Int32Array, packet: Uint8Array, offset: number): number {
-  return lookupPacket(flat, packet, offset, 12, 8);
+  return lookupPacket(flat, packet, offset, IPV4_SOURCE_OFFSET, IPV6_SOURCE_OFFSET);
 }
 
 /** The peer number for the destination address of the IP packet at `offset` (routing outbound), or -1. */
 export function flatLookupDestination(flat: Int32Array, packet: Uint8Array, offset: number): number {
-  return lookupPacket(flat, packet, offset, 16, 24);
+  return lookupPacket(flat, packet, offset, IPV4_DESTINATION_OFFSET, IPV6_DESTINATION_OFFSET);
 }
 
 function lookupPacket(flat: Int32Array, packet: Uint8Array, offset: number, v4At: number, v6At: number): number {
