@@ -82,11 +82,11 @@ export interface Bind {
    */
   openTransport?(opening: TransportOpening): void;
   /**
-   * Optional: whether received transport messages are opened before the handler sees them (after
-   * openTransport; false for a reader thread that could not load an AEAD provider, which leaves
-   * every datagram to the main thread).
+   * Optional: true once the bind, asked to openTransport, could not (FfiUdpBind: a reader thread
+   * that could not load an AEAD provider). Everything stays correct, the main thread opening what
+   * the bind leaves, but every packet then costs the main thread.
    */
-  readonly opensTransport?: boolean;
+  readonly openerFailed?: boolean;
   /**
    * Optional: the handler learns of datagrams the kernel dropped before the bind could receive
    * them (a full socket receive queue), `dropped` more each call (FfiUdpBind: SO_RXQ_OVFL).

@@ -579,6 +579,8 @@ export class FfiUdpBind implements Bind, Liveness {
   onStall: StallHandler | undefined = undefined;
   private readonly ringWatch = new StallWatch('UDP ring');
   private watchTimer: ReturnType<typeof setInterval> | undefined;
+  /** A reader of an earlier session (an earlier listen port) could not load an AEAD provider. */
+  private openerFailedBefore = false;
   private wakeUps = 0;
 
   /** Reader threads of this process that have not exited yet, for diagnostics and tests. */
@@ -667,11 +669,14 @@ export class FfiUdpBind implements Bind, Liveness {
     return { written: header ? Atomics.load(header, TUN_WRITTEN) : 0, errors: header ? Atomics.load(header, TUN_WRITE_ERRORS) : 0 };
   }
 
-  /** Whether the current reader thread opens transport messages (false until it runs, and when it could not load an AEAD). */
-  get opensTransport(): boolean {
+  /**
+   * Whether a reader thread of this bind could not load an AEAD provider (it then leaves every
+   * datagram to the main thread). Only a reader that has tried counts: one still booting (a new
+   * listen port just applied) is not a failure yet.
+   */
+  get openerFailed(): boolean {
     const session = this.session;
-    return session !== undefined && session.sessionsPort !== undefined && Atomics.load(session.views.header, STATE) === STATE_RUNNING
-      && Atomics.load(session.views.header, OPENER_FAILED) === 0;
+    return this.openerFailedBefore || (session !== undefined && Atomics.load(session.views.header, OPENER_FAILED) === 1);
   }
 
   onKernelDrops(handler: (dropped: number) => void): void {
@@ -981,6 +986,7 @@ export class FfiUdpBind implements Bind, Liveness {
     // must not cost the datagrams in flight; replies the handler sends meanwhile count as errors).
     if (Atomics.load(header, STATE) === STATE_STOPPED && !session.closed) this.deliverReady(session, Infinity);
     session.closed = true;
+    this.openerFailedBefore ||= Atomics.load(header, OPENER_FAILED) === 1;
     if (Atomics.load(header, STATE) !== STATE_STOPPED) {
       // Stuck (it has not answered within STOP_TIMEOUT_MS, though it was running): the sockets
       // may only be closed once the thread is gone.

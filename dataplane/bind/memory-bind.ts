@@ -55,10 +55,6 @@ export class MemoryBind implements Bind {
     this.stopSharing = shared.stop;
   }
 
-  get opensTransport(): boolean {
-    return this.opener !== undefined;
-  }
-
   /** The opener's counts (datagrams opened, failed, left to the handler; of the opened, delivered by the bind), for tests. */
   get openerCounts(): { opened: number; failed: number; left: number; delivered: number } | undefined {
     const o = this.opener;

@@ -187,7 +187,7 @@ export class Device {
     this.ticker = setInterval(() => this.core.tick(), TICK_INTERVAL_MS);
     this.threadsRunning = Promise.all([this.pool?.ready, this.bind.ready?.(), this.tun.ready?.()]).then(() => {
       this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, crypto threads ${this.pool?.threads ?? 0}`);
-      if (this.bind.opensTransport === false) {
+      if (this.bind.openerFailed === true) {
         // Still correct (the core opens what the reader leaves), but every packet costs the main thread.
         this.logger.error('the UDP reader thread could not load an AEAD provider: received packets are opened on the main thread');
       }

@@ -586,7 +586,7 @@ describe('FfiUdpBind opening transport messages in its reader thread', () => {
     opened.push(bind);
     await bind.open(0);
     await bind.ready();
-    assert.equal(bind.opensTransport, true, 'the reader loaded an AEAD and opens');
+    assert.equal(bind.openerFailed, false, 'the reader loaded an AEAD and opens');
     const a = await ffiBind();
     const to = new Endpoint('127.0.0.1', bind.port);
 
@@ -683,13 +683,38 @@ describe('FfiUdpBind opening transport messages in its reader thread', () => {
     opened.push(bind);
     await bind.open(0);
     await bind.ready();
-    assert.equal(bind.opensTransport, false);
+    assert.equal(bind.openerFailed, true);
     const a = await ffiBind();
     const message = transportMessage(crypto, 0x100, 1, 5, payload(100, 1));
     a.bind.send(new Endpoint('127.0.0.1', bind.port), message);
     await until(() => got.length === 1, 10_000, 'the datagram');
     assert.equal(got[0].opened.outcome, NOT_OPENED);
     assert.deepEqual(got[0].data, message, 'untouched: the core opens it');
+  });
+
+  test('a new listen port while the device\'s other threads still boot is not taken for a reader that cannot open', async () => {
+    // What the agent does to every data plane it starts: sets the port at once. The device looks
+    // at its reader once every thread runs; the new reader may still be booting then. Taking that
+    // for a failure logged an error (and a detached daemon whose stderr had no reader died of it).
+    const crypto = await selectCrypto();
+    let poolReady!: () => void;
+    const pool = { threads: 1, ready: new Promise<void>((r) => { poolReady = r; }), seal: async () => {}, close: async () => {} };
+    const errors: string[] = [];
+    const bind = new FfiUdpBind();
+    const device = new Device({ tun: new MemoryTun('rgffi9', 1420), bind, crypto, pool, logger: { error: (m) => errors.push(m), verbose: () => {} } });
+    opened.push(device);
+    await device.open(0);
+    await bind.ready();
+    const probe = new FfiUdpBind();
+    await probe.open(0);
+    const port = probe.port; // free in both families (the probe just had it)
+    await probe.close();
+    await device.setListenPort(port);
+    poolReady();
+    await device.running();
+    assert.deepEqual(errors, [], 'nothing logged as an error');
+    await bind.ready();
+    assert.equal(bind.openerFailed, false);
   });
 });
 
