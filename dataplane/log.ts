@@ -28,4 +28,14 @@ export function createLogger(level: LogLevel, prefix: string, write: (line: stri
   };
 }
 
+/**
+ * A daemon outlives whoever started it, and with it often the reader of its stderr (the agent
+ * that launched it restarts; `roamguard wg` itself exits once the daemon is ready). Node turns a
+ * write to a pipe nobody reads into an 'error' event, and an unhandled one ends the process: the
+ * data plane would die at its first log line. A log line that cannot be written is lost, nothing more.
+ */
+export function surviveLostStderr(): void {
+  if (process.stderr.listenerCount('error') === 0) process.stderr.on('error', () => {});
+}
+
 export const silentLogger: Logger = { error: () => {}, verbose: () => {} };

@@ -370,7 +370,10 @@ export class Agent implements AgentStatusSource {
     let device = read ?? await this.uapi!.get().catch(() => undefined);
     let status: Awaited<ReturnType<typeof ensureDataplane>> = 'running';
     if (device === undefined) {
-      status = await ensureDataplane({ choice: s.dataplane, ifname: s.interfaceName, client: this.uapi!, env: this.deps.dataplaneEnv });
+      status = await ensureDataplane({
+        choice: s.dataplane, ifname: s.interfaceName, client: this.uapi!, env: this.deps.dataplaneEnv,
+        onLog: (line) => this.log.error('the data plane says', { interface: s.interfaceName, line }),
+      });
       if (status === 'started') this.log.info('started the data plane', { interface: s.interfaceName, dataplane: s.dataplane });
       device = await this.uapi!.get();
     }

@@ -18,8 +18,10 @@ export interface DataplaneOptions {
   client: UapiClient;
   /** How long to wait for a data plane to answer after starting it (or, for `external`, at all). */
   readyTimeoutMs?: number;
-  /** Environment for a started daemon (LOG_LEVEL in wireguard-go's terms, test timings…). */
+  /** Environment for a started daemon (test timings…). */
   env?: NodeJS.ProcessEnv;
+  /** Each line a daemon started here writes to its stderr (its errors), while both of us run. */
+  onLog?: (line: string) => void;
 }
 
 export type DataplaneStatus = 'running' | 'started';
@@ -30,22 +32,58 @@ function launchCommand(choice: Exclude<DataplaneChoice, 'external'>, ifname: str
     : { cmd: 'wireguard-go', args: [ifname] };
 }
 
-/** Runs a daemon that detaches by itself (both do, like wireguard-go) and waits for it to return. */
-function runDetaching(cmd: string, args: string[], env: NodeJS.ProcessEnv): Promise<void> {
+/**
+ * Where a started daemon's log lines go. Both daemons detach, and with LOG_LEVEL set the detached
+ * one keeps the launcher's stderr: our pipe. Its errors then belong in our log, for as long as we
+ * live; after we are gone (an agent restart) the pipe has no reader. roamguard's daemon shrugs
+ * that off (dataplane/log.ts), but a Go program writing to a broken stderr pipe is killed by
+ * SIGPIPE, so wireguard-go gets no LOG_LEVEL: it then detaches with its output on /dev/null, and
+ * still reports a failed start itself, before detaching.
+ */
+function daemonEnvironment(choice: Exclude<DataplaneChoice, 'external'>, env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  if (choice === 'roamguard') return { LOG_LEVEL: 'error', ...env };
+  const { LOG_LEVEL: _dropped, ...rest } = env;
+  return rest;
+}
+
+/**
+ * Runs a daemon that detaches by itself (both do, like wireguard-go) and waits for the launcher to
+ * return. The daemon's stderr stays ours: each line it writes is handed to `onLog`.
+ */
+function runDetaching(cmd: string, args: string[], env: NodeJS.ProcessEnv, onLog: (line: string) => void): Promise<void> {
   return new Promise((resolvePromise, reject) => {
     // detached: the daemon must not share the agent's process group, or a signal to the agent's
     // group (kubectl delete pod, Ctrl-C) would take the data plane down with it.
     const child = spawn(cmd, args, { detached: true, stdio: ['ignore', 'ignore', 'pipe'], env });
-    let stderr = '';
-    child.stderr!.setEncoding('utf8');
-    child.stderr!.on('data', (chunk: string) => { if (stderr.length < 4096) stderr += chunk; });
+    const stderr = child.stderr!;
+    stderr.setEncoding('utf8');
+    stderr.on('error', () => {}); // a daemon that is gone has nothing more to say
+    // Lines are held until the launcher's verdict: on failure its last one is the reason.
+    let held: string[] | undefined = [];
+    let partial = '';
+    stderr.on('data', (chunk: string) => {
+      const lines = (partial + chunk).split('\n');
+      partial = lines.pop()!.slice(-4096);
+      for (const line of lines) {
+        if (line.trim() === '') continue;
+        if (held === undefined) onLog(line);
+        else if (held.push(line) > 64) held.shift();
+      }
+    });
     child.on('error', (err) => reject(new Error(`cannot start ${cmd}: ${err.message}`)));
     child.on('exit', (code, signal) => {
-      child.stderr!.destroy();
-      if (code === 0) resolvePromise();
-      else reject(new Error(`${cmd} ${args.join(' ')} failed (${signal ?? `exit ${code}`}): ${stderr.trim().split('\n').at(-1) ?? ''}`));
+      const lines = held!;
+      held = undefined;
+      if (code === 0) {
+        for (const line of lines) onLog(line);
+        // Read for as long as the daemon writes, without keeping this process alive for it.
+        (stderr as unknown as { unref(): void }).unref();
+        resolvePromise();
+      } else {
+        stderr.destroy();
+        reject(new Error(`${cmd} ${args.join(' ')} failed (${signal ?? `exit ${code}`}): ${(partial || lines.at(-1) || '').trim()}`));
+      }
     });
-    child.unref();
   });
 }
 
@@ -66,9 +104,9 @@ export async function ensureDataplane(options: DataplaneOptions): Promise<Datapl
     throw new Error(`no data plane answers on ${options.client.socketPath} (WG_DATAPLANE=external: start one, e.g. roamguard wg ${options.ifname})`);
   }
   const { cmd, args } = launchCommand(options.choice, options.ifname);
-  const env = { ...process.env, LOG_LEVEL: 'error', ...options.env };
-  // The agent's own settings must not leak into the daemon's (LOG_LEVEL=info means nothing to it).
-  await runDetaching(cmd, args, env);
+  // The agent's own LOG_LEVEL (info, warn…) means nothing to a daemon: only options.env sets one.
+  const { LOG_LEVEL: _agents, ...inherited } = process.env;
+  await runDetaching(cmd, args, daemonEnvironment(options.choice, { ...inherited, ...options.env }), options.onLog ?? (() => {}));
   if (!(await waitAlive(options.client, timeout))) throw new Error(`${cmd} started but ${options.client.socketPath} does not answer`);
   return 'started';
 }

@@ -9,7 +9,7 @@ import { DEFAULT_MTU } from '../constants.ts';
 import { cryptoSelection, type DataplaneSettings } from '../settings.ts';
 import { FfiUdpBind } from '../bind/ffi-udp-bind.ts';
 import { openTun } from '../tun/tun.ts';
-import { createLogger, type LogLevel } from '../log.ts';
+import { createLogger, surviveLostStderr, type LogLevel } from '../log.ts';
 import { createUapiHandler } from '../uapi/uapi-device.ts';
 import { startUapiServer, type UapiServer } from '../uapi/uapi-server.ts';
 import { Device } from './device.ts';
@@ -37,6 +37,7 @@ export function defaultThreads(): number {
 /** Runs until one of the exit conditions; resolves with the process exit code. */
 export async function runDaemon(options: DaemonOptions): Promise<number> {
   const { settings } = options;
+  surviveLostStderr();
   const log = createLogger(options.logLevel, options.ifname);
   const crypto = await selectCrypto(cryptoSelection(settings));
   log.verbose(`crypto providers: ${Object.entries(crypto.providers).map(([g, p]) => `${g}=${p}`).join(', ')}`);

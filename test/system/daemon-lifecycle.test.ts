@@ -8,6 +8,7 @@
  *     detached daemon is then found by its socket (`ss -xlpn`) and stopped by that pid;
  *   - a second daemon for a live name fails with a clear error and leaves the first running
  *     (same namespace: the TUN is taken; another namespace: the socket answers);
+ *   - the reader of its stderr gone (the launcher exited), logging does not end it;
  *   - an invalid interface name, and LOG_LEVEL=bogus, fail at once with one line of error;
  *   - ready means ready: the first ping right after two daemons report ready is answered at once
  *     (it used to wait 1-3 s for the crypto workers to load), and a daemon stopped within its
@@ -55,7 +56,7 @@ function assertOneLineError(stderr: string, pattern: RegExp, what: string): void
 
 describe('daemon: life cycle and exit rules', () => {
   before(async () => {
-    await requireDaemonPrerequisites(['roamguard-node']);
+    await requireDaemonPrerequisites(['roamguard-node', 'roamguard-bun']);
     await reapStale();
     topo = await createPair(scope);
   });
@@ -153,6 +154,25 @@ describe('daemon: life cycle and exit rules', () => {
       await assertExitsCleanly(daemon, `\`ip link del\` ${delayMs} ms after start`);
     }
   });
+
+  for (const implementation of ['roamguard-node', 'roamguard-bun'] as const) {
+    test(`${implementation}: whoever read its stderr gone, it keeps running and logging costs nothing`, { timeout: 60_000 }, async () => {
+      // What happens to every detached daemon: `roamguard wg` (or the agent that ran it) exits
+      // and the read end of the daemon's stderr closes. A log line written after that used to
+      // end the process (an unhandled EPIPE): the data plane died at its first error.
+      const daemon = await UserspaceWg.start(scope, topo.a, { implementation, logLevel: 'verbose' });
+      daemon.process.child.stderr!.destroy();
+      for (let i = 0; i < 3; i++) {
+        // Each control-socket request logs a verbose line into the closed pipe.
+        const shown = await daemon.wg(['show', daemon.ifname, 'listen-port']);
+        assert.match(shown.stdout.trim(), /^\d+$/, `request ${i + 1} answered\n${daemon.describe()}`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      assert.equal(daemon.process.running, true, `the daemon still runs\n${daemon.describe()}`);
+      assert.equal(await linkExists(topo.a, daemon.ifname), true, 'its interface is still there');
+      await daemon.stop();
+    });
+  }
 
   test('an invalid interface name: non-zero exit with a one-line error', { timeout: 30_000 }, async () => {
     const name = 'rg' + 'x'.repeat(18); // 20 characters
