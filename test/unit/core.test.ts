@@ -306,6 +306,20 @@ describe('timers', () => {
     assert.deepEqual(seqsDelivered(pair.b.delivered).sort(), [1, 2]);
   });
 
+  test('the receiving thread stops delivering a keypair\'s packets itself a second before its reject-after time, on both sides', () => {
+    const pair = makeCorePair(crypto);
+    handshake(pair);
+    pair.a.core.sendPacket(ping(1));
+    pair.pump(); // B confirms on A's first data
+    const kA = pair.a.peer.keypairs.current!, kB = pair.b.peer.keypairs.current!;
+    assert.equal(kA.readerDelivers && kB.readerDelivers, true, 'both confirmed: the receiving thread may deliver');
+    pair.advance(REJECT_AFTER_TIME - 1300, 100);
+    assert.equal(kA.readerDelivers && kB.readerDelivers, true, 'still delivering 1.3 s before');
+    pair.advance(400, 100);
+    assert.equal(kA.readerDelivers, false, 'A: the main thread decides from 1 s before');
+    assert.equal(kB.readerDelivers, false, 'B: the main thread decides from 1 s before');
+  });
+
   test('a session expires after 180 s: old data is rejected and sending starts a new handshake', () => {
     const pair = makeCorePair(crypto);
     handshake(pair);
