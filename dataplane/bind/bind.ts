@@ -82,6 +82,13 @@ export interface Bind {
    */
   openTransport?(opening: TransportOpening): void;
   /**
+   * Optional: hands the handler, now, what the bind has received and not handed over yet
+   * (FfiUdpBind: what its reader published without waking the main thread, the books of packets
+   * it delivered itself). The device calls it before sending, so that a reply never leaves
+   * before the books of what it answers are kept (a roamed peer's new endpoint, above all).
+   */
+  takeReceived?(): void;
+  /**
    * Optional: true once the bind, asked to openTransport, could not (FfiUdpBind: a reader thread
    * that could not load an AEAD provider). Everything stays correct, the main thread opening what
    * the bind leaves, but every packet then costs the main thread.

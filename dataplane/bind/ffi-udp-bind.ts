@@ -1020,6 +1020,13 @@ export class FfiUdpBind implements Bind, Liveness {
     });
   }
 
+  takeReceived(): void {
+    const session = this.session;
+    if (session === undefined || session.closed || this.delivering) return;
+    if (seqDistance(Atomics.load(session.views.header, WRITE_SEQ), session.readSeq) <= 0) return;
+    if (this.deliverReady(session, PUMP_DATAGRAMS)) this.schedulePump(session);
+  }
+
   /** Runs the pump from the macrotask queue, so a steady stream of datagrams cannot starve other I/O. */
   private schedulePump(session: Session): void {
     if (session.pumpScheduled) return;

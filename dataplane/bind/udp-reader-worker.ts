@@ -43,7 +43,7 @@ import { TunPacketWriter } from '../tun/tun-writer.ts';
 import type { TunThreadWriter } from '../tun/tun.ts';
 import { SharedSessionsView, type SharedSessionsInit, type SharedSessionsMessage } from '../session/shared-sessions.ts';
 import {
-  LAST_ERRNO, READ_SEQ, WRITE_SEQ, awaitRoom, beginRunning, finishWorker, publish, seqAdd, seqDistance } from '../ring/shared-ring.ts';
+  LAST_ERRNO, READ_SEQ, WRITE_SEQ, awaitRoom, beginRunning, finishWorker, publish, publishQuietly, seqAdd, seqDistance } from '../ring/shared-ring.ts';
 
 export interface UdpReaderConfig {
   /** The bind's sockets (IPv4 first, then IPv6 when there is one), non-blocking. */
@@ -123,6 +123,14 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opener?: Trans
   const wakeIndex = fds.length;
 
   let write = Atomics.load(header, WRITE_SEQ);
+  // Whether a datagram published since the last doorbell needs the main thread: anything but a
+  // packet this thread delivered itself. For those only the books are left (timers, counters,
+  // the endpoint), and waking the main thread for each cost an idle ping's round trip a wake-up
+  // at each end, right when the reply was about to need that thread. Their records wait for a
+  // doorbell rung for something else, for the main thread's next send (Bind.takeReceived), for
+  // a quarter of the ring, or at most for its wait's backstop (READER_WAIT_BACKSTOP_MS).
+  let urgent = false;
+  const booksBacklog = Math.max(1, slots >>> 2);
 
   /** The reader's last act; a non-zero errno raises READER_FAILED. */
   const finish = (errno: number) => finishWorker(header, errno);
@@ -191,13 +199,19 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opener?: Trans
           opened[slot] = opener !== undefined && length > 0
             ? opener.openMessage(bytes, offsets.data + slot * slotSize, length, segment, records, slot * SLOT_RECORD_INTS)
             : 0;
+          if (opened[slot] === 0 || !opener!.deliveredWhole) urgent = true;
           msg32[words + 2] = SOCKADDR_IN6_SIZE; // the kernel wrote the actual name length back
           msg32[words + 10] = CONTROL_SIZE; // and the control length
         }
         // What the opener delivered is written before the slots are handed over (it points into them).
         opener?.flush();
         write = seqAdd(write, n);
-        publish(header, write);
+        if (urgent || seqDistance(write, Atomics.load(header, READ_SEQ)) >= booksBacklog) {
+          urgent = false;
+          publish(header, write);
+        } else {
+          publishQuietly(header, write);
+        }
         if (n < vlen) return 0; // the socket's queue is (momentarily) empty
         continue;
       }

@@ -181,9 +181,11 @@ export class Device {
   async open(listenPort = 0): Promise<void> {
     await this.bind.open(listenPort);
     const outbound = this.outbound;
+    const bind = this.bind;
+    // What was received is accounted for before anything is sent (Bind.takeReceived).
     this.tun.start(outbound
-      ? (packets, count) => outbound.handle(packets, count)
-      : (packets, count) => { for (let i = 0; i < count; i++) this.core.sendPacket(packets[i]); });
+      ? (packets, count) => { bind.takeReceived?.(); outbound.handle(packets, count); }
+      : (packets, count) => { bind.takeReceived?.(); for (let i = 0; i < count; i++) this.core.sendPacket(packets[i]); });
     this.ticker = setInterval(() => this.core.tick(), TICK_INTERVAL_MS);
     this.threadsRunning = Promise.all([this.pool?.ready, this.bind.ready?.(), this.tun.ready?.()]).then(() => {
       this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, crypto threads ${this.pool?.threads ?? 0}`);

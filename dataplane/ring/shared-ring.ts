@@ -109,6 +109,14 @@ export function publish(header: Int32Array, write: number): void {
 }
 
 /**
+ * Makes the slots before `write` visible without waking the consumer: it takes them at its next
+ * look (a later publish that rings, its own reason to look, or its wait's backstop).
+ */
+export function publishQuietly(header: Int32Array, write: number): void {
+  Atomics.store(header, WRITE_SEQ, write);
+}
+
+/**
  * A producer thread's wait for a free slot (the caller has published what it filled): true once
  * the slot of `write` is free, false when a stop is requested meanwhile.
  */

@@ -95,6 +95,11 @@ export class TransportOpener {
   failed = 0;
   left = 0;
   delivered = 0;
+  /**
+   * Whether openMessage's last message was delivered whole here (every datagram DELIVERED): the
+   * main thread then has only books to keep for it, which may wait (udp-reader-worker.ts).
+   */
+  deliveredWhole = false;
 
   constructor(
     private readonly aead: SlotAead, private readonly chunkAt: ChunkLookup, private readonly indices: IndexMapReader,
@@ -121,7 +126,9 @@ export class TransportOpener {
    */
   openMessage(data: Uint8Array, start: number, length: number, step: number, records: Int32Array, at: number): number {
     if (step <= 0 || step > length) step = length;
-    const count = Math.min(Math.ceil(length / step), MAX_RUN);
+    const total = Math.ceil(length / step);
+    const count = Math.min(total, MAX_RUN);
+    const deliveredBefore = this.delivered;
     let i = 0;
     while (i < count) {
       const first = start + i * step;
@@ -155,6 +162,7 @@ export class TransportOpener {
       }
       i += n;
     }
+    this.deliveredWhole = total === count && this.delivered - deliveredBefore === count;
     return count;
   }
 
