@@ -120,8 +120,7 @@ export class OutboundPipeline {
       this.finished(keypair, batch);
       return;
     }
-    const first = keypair.sendNonce;
-    keypair.sendNonce += batch.count;
+    const first = keypair.reserveNonces(batch.count);
     for (let i = 0; i < batch.count; i++) batch.counters[i] = first + i;
     let sentData = false;
     for (let i = 0; i < batch.count; i++) if (batch.lengths[i] > 0) { sentData = true; break; }

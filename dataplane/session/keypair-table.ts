@@ -4,7 +4,9 @@
  * step 1; today only the main thread uses the slots, through Keypair).
  *
  * A slot holds a keypair's send and receive keys, its replay window (replay.ts: the main thread
- * and a receiving thread check counters against the same one), and four int32 words:
+ * and a receiving thread check counters against the same one), its send counter (the nonce the
+ * next packet sealed under it gets: a 64-bit word every sealing thread reserves from with one
+ * Atomics.add, so no two packets ever share a nonce), and four int32 words:
  *
  *   STATE       holds (low 24 bits) | RETIRED | ZEROED
  *   GENERATION  bumped each time the slot is given to a new keypair
@@ -44,7 +46,9 @@ const WORDS_BYTES = CHUNK_SLOTS * WORDS_PER_SLOT * 4;
 const KEYS_BYTES = CHUNK_SLOTS * KEYS_PER_SLOT;
 /** Where slot i's replay window starts (8-aligned: it holds a float64). */
 const replayOffset = (i: number) => WORDS_BYTES + KEYS_BYTES + i * REPLAY_WINDOW_BYTES;
-export const CHUNK_BYTES = WORDS_BYTES + KEYS_BYTES + CHUNK_SLOTS * REPLAY_WINDOW_BYTES;
+/** Where the send counters start: one 64-bit word per slot (8-aligned, after the replay windows). */
+const NONCES_OFFSET = WORDS_BYTES + KEYS_BYTES + CHUNK_SLOTS * REPLAY_WINDOW_BYTES;
+export const CHUNK_BYTES = NONCES_OFFSET + CHUNK_SLOTS * 8;
 
 export const HOLDS_MASK = 0x00ff_ffff;
 export const RETIRED = 0x0100_0000;
@@ -57,13 +61,20 @@ export interface KeyChunk {
   readonly buffer: SharedArrayBuffer;
   readonly words: Int32Array;
   readonly keys: Uint8Array;
+  /** Per slot, the send counter (see above). */
+  readonly nonces: BigInt64Array;
 }
 
 export function chunkViews(buffer: SharedArrayBuffer): KeyChunk {
   if (!(buffer instanceof SharedArrayBuffer) || buffer.byteLength !== CHUNK_BYTES) {
     throw new RangeError(`keypair table: a chunk is a SharedArrayBuffer of ${CHUNK_BYTES} bytes`);
   }
-  return { buffer, words: new Int32Array(buffer, 0, CHUNK_SLOTS * WORDS_PER_SLOT), keys: new Uint8Array(buffer, WORDS_BYTES, KEYS_BYTES) };
+  return {
+    buffer,
+    words: new Int32Array(buffer, 0, CHUNK_SLOTS * WORDS_PER_SLOT),
+    keys: new Uint8Array(buffer, WORDS_BYTES, KEYS_BYTES),
+    nonces: new BigInt64Array(buffer, NONCES_OFFSET, CHUNK_SLOTS),
+  };
 }
 
 function newChunk(): KeyChunk {
@@ -96,6 +107,20 @@ export function slotDeliveryPeer(chunk: KeyChunk, i: number): number {
 /** Main thread: lets a receiving thread deliver slot i's packets itself, as peer `peer`'s; -1 takes it back. */
 export function setSlotDeliveryPeer(chunk: KeyChunk, i: number, peer: number): void {
   Atomics.store(chunk.words, i * WORDS_PER_SLOT + PEER, peer);
+}
+
+/**
+ * Reserves `count` consecutive send nonces of slot i and returns the first: the caller seals its
+ * packets with first, first + 1, … Any thread may reserve; each gets its own range. The caller
+ * checks the limits (REJECT_AFTER_MESSAGES) against sendNoncesReserved before it reserves.
+ */
+export function reserveSendNonces(chunk: KeyChunk, i: number, count: number): number {
+  return Number(Atomics.add(chunk.nonces, i, BigInt(count)));
+}
+
+/** How many send nonces of slot i were reserved so far (the next one reserved gets this). */
+export function sendNoncesReserved(chunk: KeyChunk, i: number): number {
+  return Number(Atomics.load(chunk.nonces, i));
 }
 
 /**
@@ -215,6 +240,7 @@ export class KeypairTable {
     slotKey(chunk, index, 0).set(sendKey);
     slotKey(chunk, index, 1).set(receiveKey);
     slotReplayWindow(chunk, index).reset(); // a new session starts a new counter space
+    Atomics.store(chunk.nonces, index, 0n); // and sends from nonce 0
     Atomics.store(chunk.words, base + STATE, 0);
     return { chunk, index, slot, generation };
   }

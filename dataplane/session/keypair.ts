@@ -24,7 +24,7 @@
 import type { ReplayWindow } from './replay.ts';
 import type { SessionKeys } from '../noise/noise-protocol.ts';
 import {
-  FREE, HOLDS_MASK, RETIRED, ZEROED, holdUnlessZeroed, release, setSlotDeliveryPeer, slotDeliveryPeer, slotGeneration, slotKey, slotReplayWindow,
+  FREE, HOLDS_MASK, RETIRED, ZEROED, holdUnlessZeroed, release, reserveSendNonces, sendNoncesReserved, setSlotDeliveryPeer, slotDeliveryPeer, slotGeneration, slotKey, slotReplayWindow,
   slotState,
   type KeySlot, type KeypairTable,
 } from './keypair-table.ts';
@@ -40,8 +40,6 @@ export class Keypair {
   readonly remoteIndex: number;
   /** Monotonic ms at which the handshake that made this keypair finished. */
   readonly created: number;
-  /** The counter the next packet sent under this keypair gets. */
-  sendNonce = 0;
   /** In the keypair's slot: shared with a thread that receives under this keypair. */
   readonly replay: ReplayWindow;
   /** Where the keys and the hold count live (keypair-table.ts). */
@@ -71,6 +69,16 @@ export class Keypair {
     const { chunk, index, generation } = this.at;
     const state = slotState(chunk, index);
     return slotGeneration(chunk, index) === generation ? state : FREE;
+  }
+
+  /** The counter the next packet sent under this keypair gets (the slot's, shared by every sealing thread). */
+  get sendNonce(): number {
+    return sendNoncesReserved(this.at.chunk, this.at.index);
+  }
+
+  /** Reserves `count` consecutive nonces for packets about to be sealed; returns the first. */
+  reserveNonces(count: number): number {
+    return reserveSendNonces(this.at.chunk, this.at.index, count);
   }
 
   /** The key we seal with: a view into the table, or zeros once the keys are zeroed. */

@@ -220,7 +220,7 @@ export class Peer implements TimerActions {
     }
     buf.set(packet, TRANSPORT_HEADER_SIZE);
     const length = sealTransportInPlace(this.host.crypto, keypair.sendKey, keypair.remoteIndex,
-      keypair.sendNonce++, buf, packet.length, this.host.mtu);
+      keypair.reserveNonces(1), buf, packet.length, this.host.mtu);
     if (length === ZERO_KEY) {
       this.host.drops.count('zero-key'); // unreachable: sendingKeypair() returns valid keypairs only
       return;

@@ -14,12 +14,14 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  CHUNK_SLOTS, FREE, HOLDS_MASK, KeypairTable, RETIRED, chunkViews, holdUnlessZeroed, release, slotKey, slotState, tryHold,
-  type KeySlot,
+  CHUNK_SLOTS, FREE, HOLDS_MASK, KeypairTable, RETIRED, chunkViews, holdUnlessZeroed, release, reserveSendNonces, sendNoncesReserved,
+  slotKey, slotState, tryHold, type KeySlot,
 } from '../../dataplane/session/keypair-table.ts';
 import { startWorker } from '../../dataplane/sys/threads.ts';
 import { prng } from '../helpers/prng.ts';
 import { ENTRY_INTS, keyPattern, type TableWorkerConfig } from './keypair-table-worker.ts';
+import type { NonceWorkerConfig } from './nonce-worker.ts';
+import { once } from 'node:events';
 
 const SOAK = process.env.ROAMGUARD_SOAK === '1';
 
@@ -279,5 +281,44 @@ describe('keypair table: real threads', () => {
       const chunk = chunkViews(buffer);
       for (let i = 0; i < CHUNK_SLOTS; i++) assert.equal(slotState(chunk, i), FREE, `slot ${i} left held or unzeroed`);
     }
+  });
+});
+
+describe('keypair table: send nonces', () => {
+  test('reserved in consecutive ranges from 0; a reused slot starts again from 0', () => {
+    const table = new KeypairTable();
+    const first = table.allocate(keyPattern(1, 0), keyPattern(1, 1));
+    assert.equal(sendNoncesReserved(first.chunk, first.index), 0);
+    assert.equal(reserveSendNonces(first.chunk, first.index, 1), 0);
+    assert.equal(reserveSendNonces(first.chunk, first.index, 64), 1);
+    assert.equal(reserveSendNonces(first.chunk, first.index, 1), 65);
+    assert.equal(sendNoncesReserved(first.chunk, first.index), 66);
+    // Past 2^32: the counter is 64 bits wide.
+    assert.equal(reserveSendNonces(first.chunk, first.index, 2 ** 33), 66);
+    assert.equal(sendNoncesReserved(first.chunk, first.index), 2 ** 33 + 66);
+    table.retire(first);
+    const again = table.allocate(keyPattern(2, 0), keyPattern(2, 1));
+    assert.equal(again.slot, first.slot, 'the freed slot is reused');
+    assert.equal(sendNoncesReserved(again.chunk, again.index), 0, 'a new keypair sends from nonce 0');
+  });
+
+  test('two threads reserving from one slot at once: every nonce goes to exactly one of them', { timeout: 120_000 }, async () => {
+    const table = new KeypairTable();
+    const at = table.allocate(keyPattern(3, 0), keyPattern(3, 1));
+    const reservations = 200_000;
+    const taken = new SharedArrayBuffer(4 * 2 * 3 * reservations);
+    const start = new SharedArrayBuffer(4);
+    const entry = new URL('./nonce-worker.ts', import.meta.url);
+    const workers = [11, 13].map((seed) => startWorker(entry, { chunk: at.chunk.buffer, index: at.index, reservations, taken, start, seed } satisfies NonceWorkerConfig));
+    const exited = workers.map((w) => once(w, 'exit'));
+    await new Promise((r) => setTimeout(r, 200)); // both parked on `start`
+    Atomics.store(new Int32Array(start), 0, 1);
+    Atomics.notify(new Int32Array(start), 0);
+    await Promise.all(exited);
+    const total = sendNoncesReserved(at.chunk, at.index);
+    const counts = new Int32Array(taken);
+    const wrong: number[] = [];
+    for (let n = 0; n < counts.length; n++) if (counts[n] !== (n < total ? 1 : 0)) wrong.push(n);
+    assert.deepEqual(wrong.slice(0, 10).map((n) => `nonce ${n}: ${counts[n]}`), [], `${wrong.length} nonces not given out exactly once (of ${total})`);
   });
 });
