@@ -38,12 +38,15 @@ function launchCommand(choice: Exclude<DataplaneChoice, 'external'>, ifname: str
  * live; after we are gone (an agent restart) the pipe has no reader. roamguard's daemon shrugs
  * that off (dataplane/log.ts), but a Go program writing to a broken stderr pipe is killed by
  * SIGPIPE, so wireguard-go gets no LOG_LEVEL: it then detaches with its output on /dev/null, and
- * still reports a failed start itself, before detaching.
+ * still reports a failed start itself, before detaching. The agent's own LOG_LEVEL (info, warn…)
+ * means nothing to either: only `extra` (DataplaneOptions.env) may set one, for roamguard.
  */
-function daemonEnvironment(choice: Exclude<DataplaneChoice, 'external'>, env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+function daemonEnvironment(choice: Exclude<DataplaneChoice, 'external'>, extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+  const { LOG_LEVEL: _agents, ...inherited } = process.env;
+  const env = { ...inherited, ...extra };
   if (choice === 'roamguard') return { LOG_LEVEL: 'error', ...env };
-  const { LOG_LEVEL: _dropped, ...rest } = env;
-  return rest;
+  delete env.LOG_LEVEL;
+  return env;
 }
 
 /**
@@ -104,9 +107,7 @@ export async function ensureDataplane(options: DataplaneOptions): Promise<Datapl
     throw new Error(`no data plane answers on ${options.client.socketPath} (WG_DATAPLANE=external: start one, e.g. roamguard wg ${options.ifname})`);
   }
   const { cmd, args } = launchCommand(options.choice, options.ifname);
-  // The agent's own LOG_LEVEL (info, warn…) means nothing to a daemon: only options.env sets one.
-  const { LOG_LEVEL: _agents, ...inherited } = process.env;
-  await runDetaching(cmd, args, daemonEnvironment(options.choice, { ...inherited, ...options.env }), options.onLog ?? (() => {}));
+  await runDetaching(cmd, args, daemonEnvironment(options.choice, options.env), options.onLog ?? (() => {}));
   if (!(await waitAlive(options.client, timeout))) throw new Error(`${cmd} started but ${options.client.socketPath} does not answer`);
   return 'started';
 }

@@ -1023,7 +1023,6 @@ export class FfiUdpBind implements Bind, Liveness {
   takeReceived(): void {
     const session = this.session;
     if (session === undefined || session.closed || this.delivering) return;
-    if (seqDistance(Atomics.load(session.views.header, WRITE_SEQ), session.readSeq) <= 0) return;
     if (this.deliverReady(session, PUMP_DATAGRAMS)) this.schedulePump(session);
   }
 

@@ -181,11 +181,12 @@ export class Device {
   async open(listenPort = 0): Promise<void> {
     await this.bind.open(listenPort);
     const outbound = this.outbound;
+    const send = outbound
+      ? (packets: Uint8Array[], count: number) => outbound.handle(packets, count)
+      : (packets: Uint8Array[], count: number) => { for (let i = 0; i < count; i++) this.core.sendPacket(packets[i]); };
     const bind = this.bind;
     // What was received is accounted for before anything is sent (Bind.takeReceived).
-    this.tun.start(outbound
-      ? (packets, count) => { bind.takeReceived?.(); outbound.handle(packets, count); }
-      : (packets, count) => { bind.takeReceived?.(); for (let i = 0; i < count; i++) this.core.sendPacket(packets[i]); });
+    this.tun.start((packets, count) => { bind.takeReceived?.(); send(packets, count); });
     this.ticker = setInterval(() => this.core.tick(), TICK_INTERVAL_MS);
     this.threadsRunning = Promise.all([this.pool?.ready, this.bind.ready?.(), this.tun.ready?.()]).then(() => {
       this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, crypto threads ${this.pool?.threads ?? 0}`);

@@ -5,6 +5,7 @@
  */
 import { workerData } from 'node:worker_threads';
 import { chunkViews, reserveSendNonces } from '../../dataplane/session/keypair-table.ts';
+import { prng } from '../helpers/prng.ts';
 
 export interface NonceWorkerConfig {
   chunk: SharedArrayBuffer;
@@ -20,11 +21,10 @@ const config = workerData as NonceWorkerConfig | undefined;
 if (config && config.chunk instanceof SharedArrayBuffer) {
   const chunk = chunkViews(config.chunk);
   const taken = new Int32Array(config.taken);
-  let state = config.seed >>> 0;
+  const random = prng(config.seed);
   Atomics.wait(new Int32Array(config.start), 0, 0);
   for (let r = 0; r < config.reservations; r++) {
-    state = (state * 1664525 + 1013904223) >>> 0;
-    const count = 1 + (state % 3);
+    const count = 1 + Math.floor(random() * 3);
     const first = reserveSendNonces(chunk, config.index, count);
     for (let n = first; n < first + count && n < taken.length; n++) Atomics.add(taken, n, 1);
   }

@@ -216,4 +216,27 @@ describe('transport opener delivering (step 2b)', () => {
     assert.equal(opener.delivered, 3, 'two packets and a keepalive');
     assert.equal(slotState(confirmed.chunk, confirmed.index) & HOLDS_MASK, 0, 'no hold left');
   });
+
+  test('deliveredWhole: only a message whose every datagram was delivered here', () => {
+    const { opener, add, open } = deliveringSetUp();
+    add(0x1, 1, 7);
+    add(0x2, 2, -1);
+    assert.equal(open(message(0x1, 1, 1, ipv4('10.0.0.5', 60, 1))), DELIVERED);
+    assert.equal(opener.deliveredWhole, true);
+    assert.equal(open(message(0x1, 1, 1, ipv4('10.0.0.5', 60, 1))), REPLAYED);
+    assert.equal(opener.deliveredWhole, false, 'a replay is the main thread\'s to count');
+    assert.equal(open(message(0x2, 2, 1, ipv4('10.0.0.5', 60, 1))), OPENED);
+    assert.equal(opener.deliveredWhole, false, 'left to the main thread');
+    // A GRO run of three: all delivered, then one of them from a source of another peer.
+    const run = (sources: string[], first: number) => {
+      const parts = sources.map((src, i) => message(0x1, 1, first + i, ipv4(src, 60, first + i)));
+      const data = new Uint8Array(parts.length * parts[0].length);
+      parts.forEach((p, i) => data.set(p, i * p.length));
+      opener.openMessage(data, 0, data.length, parts[0].length, new Int32Array(3 * RECORD_INTS), 0);
+      opener.flush();
+      return opener.deliveredWhole;
+    };
+    assert.equal(run(['10.0.0.5', '10.0.0.6', '10.0.0.7'], 10), true, 'a run delivered whole');
+    assert.equal(run(['10.0.0.5', '10.0.0.200', '10.0.0.7'], 20), false, 'one member left to the main thread');
+  });
 });
