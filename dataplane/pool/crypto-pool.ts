@@ -21,7 +21,7 @@ import type { CryptoWorkerData } from './crypto-worker.ts';
 import { sealBatch } from './batch-crypto.ts';
 import type { PacketBatch } from './packet-batch.ts';
 import {
-  COMPLETED, CONTROL_INTS, DONE, MAIN_WAITING, OP_SEAL, SHARED_INTS, STATE_FAILED,
+  COMPLETED, CONTROL_INTS, DONE, MAIN_WAITING, OP_SEAL, SHARED_INTS, STATE_FAILED, WORKER_LOST_WAKEUPS,
   SUBMITTED, TASK_BYTES, TASK_SLOTS, T_BATCH, T_COUNT, T_KEY, T_MTU, T_OP, T_RECEIVER, T_STATUS,
   type BatchRegistration, type CryptoWorkerConfig, type WorkerFaults,
 } from './task-ring.ts';
@@ -208,8 +208,15 @@ export class WorkerCryptoPool implements CryptoPool, Liveness {
   private readonly watchdog: ReturnType<typeof setInterval> | undefined;
   private fatalError: Error | undefined;
   private wakeUps = 0;
-  /** Waits that ended by their backstop with a notify already sent: wake-ups the runtime lost. */
+  /** The main thread's waits that ended by their backstop with a notify already sent: wake-ups the runtime lost. */
   lostWakeUps = 0;
+
+  /** The same, of the workers' waits for tasks (shared-ring.ts awaitPublished), counted by each worker. */
+  get workerLostWakeUps(): number {
+    let lost = 0;
+    for (const w of this.workers) lost += Atomics.load(w.control, WORKER_LOST_WAKEUPS);
+    return lost;
+  }
 
   constructor(readonly threads: number = availableParallelism(), private readonly options: WorkerPoolOptions = {}) {
     if (!Number.isInteger(threads) || threads < 1) throw new Error(`crypto worker threads must be >= 1, got ${threads}`);

@@ -12,7 +12,7 @@ import { selectAead, type SelectOptions } from '../crypto/select.ts';
 import type { SlotAead } from '../crypto/primitives.ts';
 import { sealBatch, type BatchView } from './batch-crypto.ts';
 import {
-  CONTROL_INTS, COMPLETED, DONE, MAIN_WAITING, OP_SEAL, STATE_FAILED, SUBMITTED, TASK_BYTES,
+  COMPLETED, WORKER_LOST_WAKEUPS, DONE, MAIN_WAITING, OP_SEAL, STATE_FAILED, SUBMITTED, TASK_BYTES,
   TASK_SLOTS, T_BATCH, T_COUNT, T_KEY, T_MTU, T_OP, T_RECEIVER, T_STATUS,
   type BatchRegistration, type BatchRelease, type CryptoWorkerConfig,
 } from './task-ring.ts';
@@ -58,13 +58,17 @@ export function runCryptoWorker(crypto: SlotAead, config: CryptoWorkerConfig): v
     if (Atomics.load(control, SUBMITTED) === next) {
       if (stopRequested(control)) break; // the tasks submitted before the request are done
       drainPort(); // releases of collected batches, while idle
-      awaitPublished(control, next);
+      if (awaitPublished(control, next)) Atomics.add(control, WORKER_LOST_WAKEUPS, 1);
       continue;
     }
     if (faults.stallAfter !== undefined && taken++ >= faults.stallAfter) {
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0); // wedged: nobody ever notifies this
     }
-    if (faults.pauseChance !== undefined && Math.random() < faults.pauseChance) Atomics.wait(control, CONTROL_INTS - 1, 0, Math.random() * 0.2);
+    if (faults.pauseChance !== undefined && Math.random() < faults.pauseChance) {
+      // A spin, not a timed wait: the pause itself must not be another wake-up to lose.
+      const until = performance.now() + Math.random() * 0.2;
+      while (performance.now() < until);
+    }
     const slot = next & mask;
     const w = slot * WORDS;
     let batch = batches.get(tasks32[w + T_BATCH]);

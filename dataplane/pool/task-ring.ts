@@ -25,8 +25,10 @@ import { RING_HEADER_INTS, READ_SEQ, STATE_STOPPED, WRITE_SEQ } from '../ring/sh
 export const SUBMITTED = WRITE_SEQ;
 /** Tasks this worker has finished: the ring's READ_SEQ. */
 export const COMPLETED = READ_SEQ;
-/** The ring header, then one word that stays 0 (the pause fault's timed wait uses it). */
-export const CONTROL_INTS = RING_HEADER_INTS + 2;
+/** Wake-ups of this worker the runtime lost (its wait's backstop found tasks and the doorbell rung). */
+export const WORKER_LOST_WAKEUPS = RING_HEADER_INTS;
+/** The ring header, then WORKER_LOST_WAKEUPS. */
+export const CONTROL_INTS = RING_HEADER_INTS + 1;
 /** The ring's STATE, past STOPPED: the worker could not load its crypto providers. */
 export const STATE_FAILED = STATE_STOPPED + 1;
 

@@ -29,9 +29,10 @@
  * Atomics.wait (awaitPublished) or the main thread in Atomics.waitAsync (ring-wait.ts).
  * test/unit/shared-ring.test.ts shows a skipped notify is caught; handoff-stress.test.ts and
  * ring-stress.test.ts drive 10^6 items through the real rings with random pauses on both sides.
- * The runtimes themselves drop a waitAsync wake-up now and then, which is why the main thread's
- * waits have a backstop (ring-wait.ts), and the watchdog (dataplane/watchdog.ts) is the second
- * line of defence for what an engine or a future change might still lose.
+ * The runtimes themselves drop a wake-up now and then, which is why the main thread's waits
+ * (ring-wait.ts) and a worker's wait for items (CONSUMER_WAIT_BACKSTOP_MS) have a backstop, and
+ * the watchdog (dataplane/watchdog.ts) is the second line of defence for what an engine or a
+ * future change might still lose.
  *
  * A producer waiting for room parks on READ_SEQ without a flag: a consumer releases slots once per
  * batch, so it notifies unconditionally (release), and the wait is bounded (ROOM_WAIT_MS).
@@ -68,6 +69,15 @@ export const STATE_STOPPED = 3;
 
 /** The longest a producer waits for room before it looks at STATE again. */
 export const ROOM_WAIT_MS = 1000;
+/**
+ * The backstop of a consumer thread's wait for items (awaitPublished). A clean-clone CI run, and
+ * 2 of 25 local runs of the crypto-ring stress test beside two busy loops, found a crypto worker
+ * with 255 tasks in its ring and its doorbell rung (the flag swapped to 0), not taking them for
+ * 3 s; the runtime had dropped the wake-up (or the test's pause wait, since a spin, never
+ * returned). As the main thread's waits do (ring-wait.ts), the worker's wait ends after this
+ * and looks again; a wait that ends so with items waiting and the doorbell rung is counted.
+ */
+export const CONSUMER_WAIT_BACKSTOP_MS = 250;
 /** Between looks at STATE while the main thread waits for a worker to stop. */
 const STOP_POLL_MS = 20;
 
@@ -144,14 +154,19 @@ export function release(header: Int32Array, read: number): void {
 
 /**
  * A consumer thread's sleep (Atomics.wait) until the producer publishes past `seen` or a stop is
- * requested; it may also return early. The main thread waits with ring-wait.ts instead.
+ * requested; it may also return early, at the latest after CONSUMER_WAIT_BACKSTOP_MS. Returns
+ * true when that backstop found items published and the doorbell rung: a wake-up the runtime
+ * lost. The main thread waits with ring-wait.ts instead.
  */
-export function awaitPublished(header: Int32Array, seen: number): void {
+export function awaitPublished(header: Int32Array, seen: number): boolean {
   Atomics.store(header, CONSUMER_WAITING, 1);
+  let lost = false;
   if (Atomics.load(header, WRITE_SEQ) === seen && Atomics.load(header, STATE) !== STATE_STOP_REQUESTED) {
-    Atomics.wait(header, WRITE_SEQ, seen);
+    const outcome = Atomics.wait(header, WRITE_SEQ, seen, CONSUMER_WAIT_BACKSTOP_MS);
+    lost = outcome === 'timed-out' && Atomics.load(header, WRITE_SEQ) !== seen && Atomics.load(header, CONSUMER_WAITING) === 0;
   }
   Atomics.store(header, CONSUMER_WAITING, 0);
+  return lost;
 }
 
 // --- the worker's life cycle -----------------------------------------------------------------------
