@@ -53,6 +53,13 @@ export const MAX_CONTENT_SIZE = 65535 - 32;
 export const MAX_STAGED_PACKETS = 128;
 
 /**
+ * How long before a keypair's reject-after time the threads that use it on their own stop doing
+ * so (the receiving thread's delivery, the sending thread's sealing): they have no clock of ours,
+ * and the main thread's tick (every 100 ms) takes the keypair back from them this early.
+ */
+export const THREAD_KEYPAIR_MARGIN_MS = 1000;
+
+/**
  * The time-based constants as one object, so a test can run the real state machine with shorter
  * timers (e.g. a rekey every 2 s) without touching the production values above.
  */

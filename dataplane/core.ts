@@ -13,7 +13,7 @@ import { AllowedIps } from './allowedips/allowedips.ts';
 import { systemClock, type Clock } from './clock.ts';
 import {
   DEFAULT_MTU, MAX_CONTENT_SIZE, OVERLOADED_COOKIE_REPLIES_PER_SECOND, OVERLOADED_COOKIE_REPLY_BURST,
-  PRODUCTION_TIMINGS, REJECT_AFTER_MESSAGES_SAFE, UNDER_LOAD_AFTER_TIME, UNDER_LOAD_HANDSHAKES_PER_SECOND, UNDER_LOAD_QUEUE_LENGTH,
+  PRODUCTION_TIMINGS, REJECT_AFTER_MESSAGES_SAFE, THREAD_KEYPAIR_MARGIN_MS, UNDER_LOAD_AFTER_TIME, UNDER_LOAD_HANDSHAKES_PER_SECOND, UNDER_LOAD_QUEUE_LENGTH,
   type Timings,
 } from './constants.ts';
 import type { Crypto } from './crypto/primitives.ts';
@@ -31,6 +31,7 @@ import { RateLimiter } from './noise/ratelimiter.ts';
 import { IndexTable, type IndexEntry } from './session/index-table.ts';
 import type { Keypair } from './session/keypair.ts';
 import { KeypairTable } from './session/keypair-table.ts';
+import { PeerSendTable } from './session/send-table.ts';
 import { Peer, type CoreOutputs, type PeerHost, type PeerOptions } from './session/peer.ts';
 import { TRANSPORT_OVERHEAD, ZERO_KEY, openTransport } from './session/transport.ts';
 import { DELIVERED, OPENED, REPLAYED, ZERO_KEY_REFUSED, type OpenedTransport } from './session/transport-opener.ts';
@@ -69,6 +70,8 @@ export class WireGuardCore implements PeerHost {
   readonly drops = new DropCounters();
   readonly indexTable: IndexTable<Peer>;
   readonly keypairTable = new KeypairTable();
+  /** Per peer, what a thread that sends on its own seals with and sends to (send-table.ts). */
+  readonly sendTable = new PeerSendTable();
   private peerNumbers = 0;
   readonly allowedIps = new AllowedIps<Peer>();
   readonly rateLimiter = new RateLimiter();
@@ -527,6 +530,7 @@ export class WireGuardCore implements PeerHost {
     for (const peer of this.peersByKey.values()) {
       peer.timers.poll(now);
       this.stopReaderDeliveryNearExpiry(peer, now);
+      peer.refreshSendState(now);
     }
     this.rateLimiter.collectGarbage(now);
     this.cookieReplyLimiter.collectGarbage(now);
@@ -534,12 +538,12 @@ export class WireGuardCore implements PeerHost {
 
   /**
    * The receiving thread has no clock of ours: it stops delivering a keypair's packets itself
-   * READER_DELIVERY_MARGIN_MS before the keypair's reject-after time, and from then on the main
+   * THREAD_KEYPAIR_MARGIN_MS before the keypair's reject-after time, and from then on the main
    * thread (beginTransport) decides, as for every packet before.
    */
   private stopReaderDeliveryNearExpiry(peer: Peer, now: number): void {
     // Runs for every peer on every tick: three comparisons, no allocation.
-    const createdBefore = now - (this.timings.rejectAfterTime - READER_DELIVERY_MARGIN_MS);
+    const createdBefore = now - (this.timings.rejectAfterTime - THREAD_KEYPAIR_MARGIN_MS);
     const { previous, current, next } = peer.keypairs;
     if (previous?.readerDelivers && previous.created <= createdBefore) previous.stopReaderDelivery();
     if (current?.readerDelivers && current.created <= createdBefore) current.stopReaderDelivery();
@@ -556,9 +560,6 @@ export class WireGuardCore implements PeerHost {
   /** Bytes of headroom before and room after a packet that in-place sealing needs. */
   static readonly headroom = TRANSPORT_HEADER_SIZE;
 }
-
-/** How long before a keypair's reject-after time the receiving thread stops delivering its packets itself (a tick is 100 ms). */
-const READER_DELIVERY_MARGIN_MS = 1000;
 
 function handshakeDropReason(error: string): 'handshake-replay' | 'handshake-flood' | 'unknown-peer' | 'handshake-failed' {
   switch (error) {

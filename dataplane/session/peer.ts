@@ -6,7 +6,7 @@
  * hooks, roaming). It does no I/O: datagrams leave through `host.outputs`.
  */
 import {
-  MAX_STAGED_PACKETS, REJECT_AFTER_MESSAGES_SAFE, REKEY_AFTER_MESSAGES_SAFE, type Timings,
+  MAX_STAGED_PACKETS, REJECT_AFTER_MESSAGES_SAFE, REKEY_AFTER_MESSAGES_SAFE, THREAD_KEYPAIR_MARGIN_MS, type Timings,
 } from '../constants.ts';
 import type { Clock } from '../clock.ts';
 import type { Crypto } from '../crypto/primitives.ts';
@@ -21,6 +21,7 @@ import {
 import type { IndexTable } from './index-table.ts';
 import { Keypair, Keypairs } from './keypair.ts';
 import type { KeypairTable } from './keypair-table.ts';
+import type { PeerSendTable } from './send-table.ts';
 import { PeerTimers, type TimerActions } from './timers.ts';
 import { TRANSPORT_OVERHEAD, ZERO_KEY, sealTransportInPlace } from './transport.ts';
 import { TRANSPORT_HEADER_SIZE } from '../noise/messages.ts';
@@ -44,6 +45,8 @@ export interface PeerHost {
   readonly indexTable: IndexTable<Peer>;
   /** Where every keypair's keys live (shared memory). */
   readonly keypairTable: KeypairTable;
+  /** Where threads that send on their own learn each peer's keypair and endpoint. */
+  readonly sendTable: PeerSendTable;
   /** A number no other peer of this device has had or will have (the receiving thread's name for a peer). */
   newPeerNumber(): number;
   readonly outputs: CoreOutputs;
@@ -68,9 +71,11 @@ export class Peer implements TimerActions {
   readonly cookieGenerator: CookieGenerator;
   readonly keypairs = new Keypairs();
   readonly timers: PeerTimers;
-  endpoint: Endpoint | undefined;
+  private currentEndpoint: Endpoint | undefined;
   /** Packets waiting for a session, oldest first. */
   private staged: Uint8Array[] = [];
+  /** Removed from its device: nothing is published for it any more. */
+  private destroyed = false;
 
   txBytes = 0;
   rxBytes = 0;
@@ -87,10 +92,21 @@ export class Peer implements TimerActions {
     this.handshake = new Handshake(this.publicKey);
     this.cookieGenerator = new CookieGenerator(host.crypto, this.publicKey, host.timings.cookieRefreshTime);
     this.timers = new PeerTimers(host.timings, this);
+    host.sendTable.add(this.number);
     this.endpoint = options.endpoint;
     if (options.presharedKey) this.setPresharedKey(options.presharedKey);
     this.timers.persistentKeepaliveInterval = options.persistentKeepalive ?? 0;
     precomputeStaticStatic(host.identity, this.handshake);
+  }
+
+  /** Where this peer's datagrams go (configured, or learnt from its authenticated datagrams). */
+  get endpoint(): Endpoint | undefined {
+    return this.currentEndpoint;
+  }
+
+  set endpoint(endpoint: Endpoint | undefined) {
+    this.currentEndpoint = endpoint;
+    this.refreshSendState();
   }
 
   /** A short form of the public key for logs (never the private key). */
@@ -170,6 +186,23 @@ export class Peer implements TimerActions {
   }
 
   /**
+   * Publishes what a thread that sends on its own (send-table.ts) seals this peer's packets with
+   * and sends them to, or that the main thread sends them: sendableKeypair's rule, less the last
+   * THREAD_KEYPAIR_MARGIN_MS of a keypair's life. Called wherever an input of that rule changes:
+   * the endpoint; the current keypair (confirmed, retired; a new session as initiator sends its
+   * staged packets or a keepalive at once, which refreshes); the staged packets sent or flushed
+   * (packets are staged only while the entry names nothing already); and by the core's tick, for
+   * the time. The nonce limit the sending thread checks itself, per packet.
+   * keypair-lifetime-model.test.ts checks the entry against the rule after every random step.
+   */
+  refreshSendState(now = this.host.clock.now()): void {
+    if (this.destroyed) return;
+    let keypair = this.sendableKeypair(now);
+    if (keypair !== null && now - keypair.created >= this.host.timings.rejectAfterTime - THREAD_KEYPAIR_MARGIN_MS) keypair = null;
+    this.host.sendTable.publish(this.number, keypair, this.currentEndpoint);
+  }
+
+  /**
    * Sends one outbound packet: at once when a session is usable and nothing is waiting before it
    * (the common case: no copy into the staging queue), otherwise through the staging queue.
    */
@@ -202,6 +235,7 @@ export class Peer implements TimerActions {
     this.staged = [];
     if (!endpoint) {
       this.host.drops.count('no-endpoint', packets.length);
+      this.refreshSendState(now);
       return;
     }
     let sentData = false;
@@ -209,6 +243,7 @@ export class Peer implements TimerActions {
       this.sealAndSend(keypair, endpoint, packet);
       if (packet.length > 0) sentData = true;
     }
+    this.refreshSendState(now); // before afterSending: a rekey it starts changes nothing here
     this.afterSending(now, sentData);
   }
 
@@ -366,6 +401,7 @@ export class Peer implements TimerActions {
     if (!confirmed) return;
     keypair.allowReaderDelivery(this.number);
     if (confirmed.dropped) this.retireKeypair(confirmed.dropped);
+    this.refreshSendState();
     this.markHandshakeComplete();
     this.sendStagedPackets();
   }
@@ -400,6 +436,7 @@ export class Peer implements TimerActions {
   private retireKeypair(keypair: Keypair): void {
     this.host.indexTable.delete(keypair.localIndex);
     keypair.retire();
+    this.refreshSendState();
   }
 
   /** A pending handshake's index (one that has no keypair yet) stops leading to this peer. */
@@ -423,6 +460,7 @@ export class Peer implements TimerActions {
   flushStagedPackets(): void {
     if (this.staged.length > 0) this.host.drops.count('handshake-gave-up', this.staged.length);
     this.staged = [];
+    this.refreshSendState();
   }
 
   zeroKeyMaterial(): void {
@@ -441,5 +479,7 @@ export class Peer implements TimerActions {
     this.timers.stopAll();
     this.zeroKeyMaterial();
     this.handshake.presharedKey.fill(0);
+    this.destroyed = true;
+    this.host.sendTable.remove(this.number);
   }
 }

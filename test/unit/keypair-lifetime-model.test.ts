@@ -34,7 +34,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ManualClock } from '../../dataplane/clock.ts';
-import type { Timings } from '../../dataplane/constants.ts';
+import { THREAD_KEYPAIR_MARGIN_MS, type Timings } from '../../dataplane/constants.ts';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import { writeCounterNonce, type Crypto } from '../../dataplane/crypto/primitives.ts';
 import type { Device } from '../../dataplane/device/device.ts';
@@ -43,6 +43,7 @@ import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import type { Keypair } from '../../dataplane/session/keypair.ts';
+import { NO_KEYPAIR } from '../../dataplane/session/send-table.ts';
 import type { Peer } from '../../dataplane/session/peer.ts';
 import type { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { makeDevicePair } from '../helpers/device-pair.ts';
@@ -317,6 +318,8 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
   };
 
   let roamsOfRemovedPeers = 0;
+  /** Per side, the number of the peer it removed last (its send-table entry must name nothing). */
+  const removedNumber: Record<Name, number | undefined> = { a: undefined, b: undefined };
   const changeKey = (n: Name) => {
     const d = device(n).core;
     if (rng() < 0.5) {
@@ -327,6 +330,7 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
     d.setPrivateKey(generatePrivateKey(crypto));
     const o = device(other(n)).core;
     roamsOfRemovedPeers += peers[other(n)].roamCount;
+    removedNumber[other(n)] = peers[other(n)].number;
     o.removePeer(oldPublic);
     peers[other(n)] = o.addPeer(d.ourPublicKey!, { endpoint: genuineAddress(n), allowedIps: [`${INNER[n].join('.')}/32`] });
   };
@@ -339,6 +343,47 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
       if (!p.endpoint?.equals(first) && !p.endpoint?.equals(second)) {
         fail(`${n}'s endpoint for its peer moved to ${p.endpoint} (roamed ${p.roamCount} times) at step ${step}`);
       }
+    }
+  };
+
+  /**
+   * The send table (send-table.ts), derived here on its own: it names a keypair for the peer
+   * exactly when the main thread would send with it (the current keypair, not retired, more than
+   * THREAD_KEYPAIR_MARGIN_MS from its reject-after time, nothing staged, an endpoint), and then
+   * that keypair and that endpoint, sticky source included. A removed peer's entry names nothing.
+   */
+  const sendTableSeen = { named: 0, cleared: 0 };
+  const checkSendTables = (step: number) => {
+    const now = clock.now();
+    for (const n of ['a', 'b'] as const) {
+      const p = peerOf(n);
+      const table = device(n).core.sendTable;
+      const entry = table.read(p.number);
+      if (entry === undefined) {
+        fail(`${n}'s send table has no entry for its peer at step ${step}`);
+        continue;
+      }
+      const k = p.keypairs.current;
+      const e = p.endpoint;
+      const usable = p.stagedCount === 0 && e !== undefined && k !== null && !k.retired
+        && now - k.created < TIMINGS.rejectAfterTime! - THREAD_KEYPAIR_MARGIN_MS;
+      if (!usable) {
+        if (entry.keySlot !== NO_KEYPAIR) {
+          fail(`${n}'s send table names keypair slot ${entry.keySlot} for its peer at step ${step}, where the main thread must send (staged ${p.stagedCount}, `
+            + `endpoint ${e}, current ${k === null ? 'none' : `retired ${k.retired}, age ${now - k.created} ms`})`);
+        }
+        sendTableSeen.cleared++;
+        continue;
+      }
+      const same = entry.keySlot === k.at.slot && entry.keyGeneration === k.at.generation && entry.remoteIndex === (k.remoteIndex | 0)
+        && entry.port === e.port && entry.family === e.family && e.addressBytes.every((b, i) => entry.address[i] === b)
+        && (e.local === undefined
+          ? entry.sourceFamily === 0
+          : entry.sourceIfindex === e.local.ifindex && e.local.address.every((b, i) => entry.sourceAddress[i] === b));
+      if (!same) fail(`${n}'s send table for its peer is not its current keypair (slot ${k.at.slot}) and endpoint ${e} at step ${step}: ${JSON.stringify({ ...entry, address: [...entry.address], sourceAddress: [...entry.sourceAddress] })}`);
+      sendTableSeen.named++;
+      const removed = removedNumber[n];
+      if (removed !== undefined && (table.read(removed)?.keySlot ?? NO_KEYPAIR) !== NO_KEYPAIR) fail(`${n}'s send table still names a keypair for its removed peer ${removed} at step ${step}`);
     }
   };
 
@@ -386,6 +431,7 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
       }
       observeKeypairs();
       checkEndpoints(step);
+      checkSendTables(step);
     }
     if (failures.length === 0) {
       await settle();
@@ -408,10 +454,11 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
     const unzeroed = checkedAtEnd.filter((k) => k.retired && !k.keysZeroed).length;
     assert.equal(unzeroed, 0, 'every retired keypair\'s keys are zeros once the pipelines are idle (no hold leaked)');
     assert.ok(deliveredCount.a > steps / 50 && deliveredCount.b > steps / 50, `genuine traffic flows both ways: ${deliveredCount.a} and ${deliveredCount.b} packets`);
+    assert.ok(sendTableSeen.named > steps / 10 && sendTableSeen.cleared > steps / 1000, `the send tables were checked both naming a keypair and handing packets to the main thread: ${JSON.stringify(sendTableSeen)}`);
     const roams = roamsOfRemovedPeers + peerOf('a').roamCount + peerOf('b').roamCount;
     assert.ok(roams > 0, 'the genuine peers roamed, and their authenticated datagrams moved the endpoints');
     return {
-      steps, roams, seconds: (performance.now() - started) / 1000, forged, sentDatagrams, delivered: deliveredCount,
+      steps, roams, seconds: (performance.now() - started) / 1000, forged, sentDatagrams, delivered: deliveredCount, sendTableSeen,
       retiredKeypairs: checkedAtEnd.length, actions: Object.fromEntries(counts),
       drops: { a: drops.a.snapshot(), b: drops.b.snapshot() },
     };
