@@ -79,8 +79,8 @@ import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threa
 import { Endpoint, LocalSource } from '../net/endpoint.ts';
 import { formatIp } from '../net/ip.ts';
 import {
-  AF_INET, AF_INET6, CMSGHDR_SIZE, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, EAGAIN, EBADF, EFD_CLOEXEC, EFD_NONBLOCK, EINTR, EINVAL, EIO,
-  EMSGSIZE, ENETUNREACH, ENODEV, ENOPROTOOPT, EOPNOTSUPP, IOVEC_SIZE, IPPROTO_IP, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PKTINFO, IPV6_PMTUDISC_PROBE, IPV6_RECVPKTINFO, IPV6_V6ONLY, IP_MTU_DISCOVER, IP_PKTINFO, IP_PMTUDISC_PROBE,
+  AF_INET, AF_INET6, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, EAGAIN, EBADF, EFD_CLOEXEC, EFD_NONBLOCK, EINTR, EINVAL, EIO,
+  EMSGSIZE, IOVEC_SIZE, IPPROTO_IP, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PKTINFO, IPV6_PMTUDISC_PROBE, IPV6_RECVPKTINFO, IPV6_V6ONLY, IP_MTU_DISCOVER, IP_PKTINFO, IP_PMTUDISC_PROBE,
   MMSGHDR_SIZE, MSG_DONTWAIT, SOCKADDR_IN6_SIZE,
   SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET, SOL_UDP, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF,
   SO_RXQ_OVFL, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
@@ -102,6 +102,10 @@ import {
   release, requestStop, seqAdd, seqDistance,
 } from '../ring/shared-ring.ts';
 import { READER_WAIT_BACKSTOP_MS, awaitBooted, awaitChange, settleWaits } from '../ring/ring-wait.ts';
+import {
+  PKTINFO6_SPACE, SOURCE_GONE, STOPPED_FULL, STOPPED_GSO, STOPPED_SOURCE, TxArea, encodeSockaddr,
+  encodeSourceControl, newSendProgress, sendInPlace,
+} from './udp-send.ts';
 
 /** Socket buffers large enough to absorb bursts between event-loop turns (wireguard-go uses 7 MiB). */
 const SOCKET_BUFFER_BYTES = 7 * 1024 * 1024;
@@ -109,21 +113,6 @@ const SOCKET_BUFFER_BYTES = 7 * 1024 * 1024;
 const PORT_PICK_ATTEMPTS = 100;
 /** Received endpoints are built once per source and reused; the cache is dropped when it grows past this. */
 const ENDPOINT_CACHE_LIMIT = 4096;
-/** mmsghdr entries (and iovecs) per sendmmsg; bigger batches go in several calls (the kernel's limit is 1024). */
-const TX_CAPACITY = 256;
-/** Datagrams per UDP GSO message (UDP_MAX_SEGMENTS is 64 in older kernels, 128 in newer ones). */
-const GSO_MAX_SEGMENTS = 64;
-/** Bytes per UDP GSO message: within the 64 KiB an IP packet (and so a GSO super-datagram) may carry. */
-const GSO_MAX_BYTES = 65000;
-/** errno values of a UDP GSO send that mean "not here": the bind sends without GSO from then on. */
-const GSO_UNSUPPORTED: ReadonlySet<number> = new Set([EINVAL, EIO, EMSGSIZE, ENOPROTOOPT, EOPNOTSUPP]);
-/**
- * errno values of a send from a sticky source that may mean the kernel will not send from that
- * address (any more): it is not ours (IPv6: EINVAL; IPv4: ENETUNREACH on Linux 6.x, EINVAL on
- * older kernels), or its interface is gone. The source is cleared and the datagram sent again
- * from an address the kernel picks (which fails the same way if the cause was something else).
- */
-const SOURCE_GONE: ReadonlySet<number> = new Set([EINVAL, EADDRNOTAVAIL, ENETUNREACH, ENODEV]);
 /** Datagrams waiting per socket while the kernel's send buffer is full; more are dropped. */
 const SEND_QUEUE_LIMIT = 4096;
 /**
@@ -228,126 +217,6 @@ class SendQueue {
   head = 0;
   get empty(): boolean {
     return this.head === this.items.length;
-  }
-}
-
-/** CMSG_SPACE(sizeof(uint16_t)): the UDP_SEGMENT control message. */
-const SEGMENT_SPACE = 24;
-/** CMSG_SPACE(sizeof(struct in_pktinfo)) and CMSG_SPACE(sizeof(struct in6_pktinfo)): the sticky source. */
-const PKTINFO4_SPACE = 32;
-const PKTINFO6_SPACE = 40;
-
-/**
- * The control message that makes the kernel send from `local` (IP_PKTINFO's ipi_spec_dst,
- * IPV6_PKTINFO's ipi6_addr). The interface index stays 0: the routing table picks the way out,
- * so a route that moved to another interface is followed (wireguard-go also passes the index it
- * received, and watches the routing table to clear the source when a route changes; the address
- * alone is what keeps the peer from seeing us roam).
- */
-function encodeSourceControl(local: LocalSource): Uint8Array {
-  const v4 = local.address.length === 4;
-  const bytes = new Uint8Array(v4 ? PKTINFO4_SPACE : PKTINFO6_SPACE);
-  const view = new DataView(bytes.buffer);
-  view.setBigUint64(0, BigInt(CMSGHDR_SIZE + (v4 ? 12 : 20)), true); // cmsg_len = CMSG_LEN(sizeof the struct)
-  view.setInt32(8, v4 ? IPPROTO_IP : IPPROTO_IPV6, true);
-  view.setInt32(12, v4 ? IP_PKTINFO : IPV6_PKTINFO, true);
-  // in_pktinfo: ipi_ifindex (16), ipi_spec_dst (20), ipi_addr (24, unused on send); in6_pktinfo: ipi6_addr (16), ipi6_ifindex (32).
-  bytes.set(local.address, v4 ? 20 : 16);
-  return bytes;
-}
-
-/** Bytes of one message's control buffer: UDP_SEGMENT at 0, the sticky source right after it. */
-const TX_CONTROL_SIZE = SEGMENT_SPACE + PKTINFO6_SPACE;
-
-/**
- * The long-lived sendmmsg arguments: TX_CAPACITY mmsghdrs, as many iovecs, one sockaddr, and a
- * control buffer per mmsghdr (a UDP_SEGMENT control message, then room for a sticky source's).
- * Message m points at the sockaddr for good; its iovec range, iovec count, control pointer and
- * control length are set per call.
- */
-class TxArea {
-  readonly msgs: Uint8Array;
-  readonly msg32: Uint32Array;
-  readonly iov32: Uint32Array;
-  readonly name: Uint8Array;
-  /** The control buffers as 16-bit words (the segment size of message m at m * 32 + 8) and as bytes. */
-  readonly control16: Uint16Array;
-  readonly control8: Uint8Array;
-  /** Raw address of iovec 0 and of control buffer 0. */
-  readonly iovBase: number;
-  readonly controlBase: number;
-  /** Per message: the sticky source control message last copied into its buffer (copied again only when it changes). */
-  private readonly stamped: Array<Uint8Array | undefined> = new Array(TX_CAPACITY).fill(undefined);
-  /** Per message of the current call: the index of its first datagram in the caller's batch, and how many it carries. */
-  readonly first = new Int32Array(TX_CAPACITY);
-  readonly datagrams = new Int32Array(TX_CAPACITY);
-  /** The name length currently written in every mmsghdr (16 or 28). */
-  nameLength = 0;
-
-  constructor(libc: Libc) {
-    const msgsOffset = 0;
-    const iovOffset = TX_CAPACITY * MMSGHDR_SIZE;
-    const controlOffset = iovOffset + TX_CAPACITY * IOVEC_SIZE;
-    const nameOffset = controlOffset + TX_CAPACITY * TX_CONTROL_SIZE;
-    const buffer = new SharedArrayBuffer(nameOffset + NAME_SIZE);
-    this.msgs = new Uint8Array(buffer, msgsOffset, TX_CAPACITY * MMSGHDR_SIZE);
-    this.msg32 = new Uint32Array(buffer, msgsOffset, (TX_CAPACITY * MMSGHDR_SIZE) / 4);
-    this.iov32 = new Uint32Array(buffer, iovOffset, (TX_CAPACITY * IOVEC_SIZE) / 4);
-    this.control16 = new Uint16Array(buffer, controlOffset, (TX_CAPACITY * TX_CONTROL_SIZE) / 2);
-    this.control8 = new Uint8Array(buffer, controlOffset, TX_CAPACITY * TX_CONTROL_SIZE);
-    this.name = new Uint8Array(buffer, nameOffset, NAME_SIZE);
-    const base = libc.address(new Uint8Array(buffer, 0, 1));
-    this.iovBase = base + iovOffset;
-    this.controlBase = base + controlOffset;
-    const view = new DataView(buffer);
-    for (let i = 0; i < TX_CAPACITY; i++) {
-      const msg = msgsOffset + i * MMSGHDR_SIZE;
-      view.setBigUint64(msg, BigInt(base + nameOffset), true); // msg_name
-      view.setBigUint64(msg + 16, BigInt(base + iovOffset + i * IOVEC_SIZE), true); // msg_iov (set per call)
-      view.setBigUint64(msg + 24, 1n, true); // msg_iovlen (set per call)
-      view.setBigUint64(msg + 32, BigInt(base + controlOffset + i * TX_CONTROL_SIZE), true); // msg_control (set per call)
-      // msg_namelen and msg_controllen are set per call; msg_flags stays 0.
-      const control = controlOffset + i * TX_CONTROL_SIZE;
-      view.setBigUint64(control, BigInt(CMSGHDR_SIZE + 2), true); // cmsg_len = CMSG_LEN(sizeof(uint16_t))
-      view.setInt32(control + 8, SOL_UDP, true); // cmsg_level
-      view.setInt32(control + 12, UDP_SEGMENT, true); // cmsg_type; the segment size follows at +16
-    }
-  }
-
-  setNameLength(length: number): void {
-    if (this.nameLength === length) return;
-    for (let i = 0; i < TX_CAPACITY; i++) this.msg32[i * (MMSGHDR_SIZE / 4) + 2] = length;
-    this.nameLength = length;
-  }
-
-  /**
-   * Message m carries `iovecs` iovecs from iovec `firstIovec`, as one datagram or as segments of
-   * `segmentSize` bytes, from the sticky source whose control message is `source` (if any).
-   */
-  setMessage(m: number, firstIovec: number, iovecs: number, segmentSize: number, source: Uint8Array | undefined): void {
-    const w = m * (MMSGHDR_SIZE / 4);
-    const address = this.iovBase + firstIovec * IOVEC_SIZE;
-    const low = address >>> 0;
-    this.msg32[w + 4] = low;
-    this.msg32[w + 5] = (address - low) / 4294967296;
-    this.msg32[w + 6] = iovecs;
-    const segmented = iovecs > 1;
-    if (segmented) this.control16[m * (TX_CONTROL_SIZE / 2) + 8] = segmentSize;
-    if (source === undefined) {
-      this.msg32[w + 10] = segmented ? SEGMENT_SPACE : 0;
-      if (!segmented) return;
-    } else {
-      if (this.stamped[m] !== source) {
-        this.control8.set(source, m * TX_CONTROL_SIZE + SEGMENT_SPACE);
-        this.stamped[m] = source;
-      }
-      this.msg32[w + 10] = segmented ? SEGMENT_SPACE + source.length : source.length;
-    }
-    // The control messages start with UDP_SEGMENT when there is one, else with the source's.
-    const control = this.controlBase + m * TX_CONTROL_SIZE + (segmented ? 0 : SEGMENT_SPACE);
-    const controlLow = control >>> 0;
-    this.msg32[w + 8] = controlLow;
-    this.msg32[w + 9] = (control - controlLow) / 4294967296;
   }
 }
 
@@ -492,17 +361,6 @@ class DeferredArea {
   }
 }
 
-/** The struct sockaddr_in / sockaddr_in6 bytes of an endpoint (host byte order family, network order port). */
-function encodeSockaddr(to: Endpoint): Uint8Array {
-  const v4 = to.family === 4;
-  const bytes = new Uint8Array(v4 ? SOCKADDR_IN_SIZE : SOCKADDR_IN6_SIZE);
-  new Uint16Array(bytes.buffer, 0, 1)[0] = v4 ? AF_INET : AF_INET6;
-  bytes[2] = to.port >>> 8;
-  bytes[3] = to.port & 0xff;
-  bytes.set(to.addressBytes, v4 ? 4 : 8); // sin6_flowinfo (4..7) and sin6_scope_id (24..27) stay 0
-  return bytes;
-}
-
 /** One open(): the sockets, the receive ring and its reader thread. */
 class Session {
   readonly fds: number[];
@@ -594,6 +452,7 @@ export class FfiUdpBind implements Bind, Liveness {
   private readonly ringBytes: number;
   private libc: Libc | undefined;
   private tx: TxArea | undefined;
+  private readonly progress = newSendProgress();
   private deferred: DeferredArea | undefined;
   /** One slot for `send`; FLUSH_SLOTS for the send queue's flush. */
   private soloArea: SendArea | undefined;
@@ -1185,7 +1044,7 @@ export class FfiUdpBind implements Bind, Liveness {
   private sockaddrOf(to: Endpoint): Uint8Array {
     let name = this.sockaddrs.get(to);
     if (name === undefined) {
-      name = encodeSockaddr(to);
+      name = encodeSockaddr(to.addressBytes, to.port);
       this.sockaddrs.set(to, name);
     }
     return name;
@@ -1197,7 +1056,7 @@ export class FfiUdpBind implements Bind, Liveness {
     if (local === undefined) return undefined;
     let control = this.sourceControls.get(local);
     if (control === undefined) {
-      control = encodeSourceControl(local);
+      control = encodeSourceControl(local.address);
       this.sourceControls.set(local, control);
     }
     return control;
@@ -1305,89 +1164,26 @@ export class FfiUdpBind implements Bind, Liveness {
     base += data.byteOffset;
     const name = this.sockaddrOf(to);
     const source = this.sourceControlOf(to);
-    tx.name.set(name);
-    tx.setNameLength(name.length);
-    const { iov32, first, datagrams, msgs } = tx;
-    const limit = data.length;
-    const stats = this.stats;
-    const gso = this.gso;
-    let i = from;
-    while (i < count) {
-      // Fill up to TX_CAPACITY messages and iovecs: iovec v = datagram i, in place.
-      let m = 0;
-      let v = 0;
-      let runSize = 0; // segment size of the open GSO run (0 = no run open)
-      let runStart = 0; // its first iovec
-      let runBytes = 0;
-      for (; i < count; i++) {
-        const length = lengths[i] | 0;
+    const r = sendInPlace(libc, tx, fd, data, base, stride, lengths, from, count, name, source, this.gso, this.progress);
+    this.stats.sent += r.sent;
+    this.stats.sendErrors += r.refused;
+    if (r.stop === STOPPED_FULL) {
+      // The send buffer is full: queue copies of the rest, in order.
+      for (let k = r.next; k < count; k++) {
+        const length = lengths[k] | 0;
+        const start = k * stride;
         if (length <= 0) continue;
-        const start = i * stride;
-        if (start + length > limit) { // would make the kernel read past the caller's memory
-          stats.sendErrors++;
-          continue;
-        }
-        const joins = runSize > 0 && length <= runSize && v - runStart < GSO_MAX_SEGMENTS && runBytes + length <= GSO_MAX_BYTES;
-        if (!joins) {
-          if (m === TX_CAPACITY || v === TX_CAPACITY) break;
-          first[m] = i;
-          datagrams[m] = 0;
-          m++;
-          runStart = v;
-          runBytes = 0;
-          runSize = gso ? length : 0;
-        } else if (v === TX_CAPACITY) {
-          break;
-        }
-        const address = base + start;
-        const low = address >>> 0;
-        const w = v << 2;
-        iov32[w] = low;
-        iov32[w + 1] = (address - low) / 4294967296;
-        iov32[w + 2] = length;
-        v++;
-        runBytes += length;
-        datagrams[m - 1]++;
-        tx.setMessage(m - 1, runStart, v - runStart, runSize, source);
-        if (length < runSize) runSize = 0; // a shorter datagram ends its run
+        if (start + length > data.length) this.stats.sendErrors++;
+        else this.enqueue(queue, to, name, data.subarray(start, start + length));
       }
-      let done = 0;
-      while (done < m) {
-        const sent = libc.sendmmsg(fd, done === 0 ? msgs : msgs.subarray(done * MMSGHDR_SIZE), m - done, MSG_DONTWAIT);
-        if (sent > 0) {
-          for (let k = done; k < done + sent; k++) stats.sent += datagrams[k];
-          done += sent;
-          continue;
-        }
-        const errno = libc.errno();
-        if (errno === EINTR) continue;
-        if (errno === EAGAIN) {
-          // The send buffer is full: queue copies of the rest, in order.
-          for (let k = first[done]; k < count; k++) {
-            const length = lengths[k] | 0;
-            const start = k * stride;
-            if (length <= 0) continue;
-            if (start + length > limit) stats.sendErrors++;
-            else this.enqueue(queue, to, name, data.subarray(start, start + length));
-          }
-          return;
-        }
-        if (source !== undefined && SOURCE_GONE.has(errno)) {
-          // The sticky source is gone (before GSO is blamed for an EINVAL): the rest leaves from an address the kernel picks.
-          this.clearSource(to);
-          this.sendRange(to, data, stride, lengths, first[done], count);
-          return;
-        }
-        if (datagrams[done] > 1 && GSO_UNSUPPORTED.has(errno)) {
-          // This path or kernel does not take UDP GSO (e.g. a path MTU below the datagram size): without it from now on.
-          this.gso = false;
-          this.sendRange(to, data, stride, lengths, first[done], count);
-          return;
-        }
-        // The kernel refused message `done` (too large, unreachable, filtered): skip it, send the rest.
-        stats.sendErrors += datagrams[done];
-        done++;
-      }
+    } else if (r.stop === STOPPED_SOURCE) {
+      // The sticky source is gone: the rest leaves from an address the kernel picks.
+      this.clearSource(to);
+      this.sendRange(to, data, stride, lengths, r.next, count);
+    } else if (r.stop === STOPPED_GSO) {
+      // This path or kernel does not take UDP GSO (e.g. a path MTU below the datagram size): without it from now on.
+      this.gso = false;
+      this.sendRange(to, data, stride, lengths, r.next, count);
     }
   }
 
