@@ -206,7 +206,9 @@ describe('followKeyFile (the agent following its key file)', () => {
     const young = deps({ path, inUse: key, intervalS: 3600 });
     assert.equal(await followKeyFile(young), undefined);
     assert.deepEqual(readPrivateKeyFile(path), key);
-    const due = deps({ path, inUse: key, intervalS: 3600, nowMs: Date.now() + 3600_000 });
+    // A second past the interval: the file's mtime comes from the kernel's coarse clock, which may
+    // read a few milliseconds ahead of this process's Date.now() (a Bun run once saw exactly that).
+    const due = deps({ path, inUse: key, intervalS: 3600, nowMs: Date.now() + 3601_000 });
     const switched = await followKeyFile(due);
     assert.ok(switched);
     assert.deepEqual(readPrivateKeyFile(path), switched.privateKey, 'persisted before it was used');
