@@ -32,6 +32,7 @@ import { IndexTable, type IndexEntry } from './session/index-table.ts';
 import type { Keypair } from './session/keypair.ts';
 import { KeypairTable } from './session/keypair-table.ts';
 import { PeerSendTable } from './session/send-table.ts';
+import { SOURCE_REFUSED, ZERO_KEY_REFUSED as SEALER_ZERO_KEY_REFUSED } from './session/transport-sealer.ts';
 import { Peer, type CoreOutputs, type PeerHost, type PeerOptions } from './session/peer.ts';
 import { TRANSPORT_OVERHEAD, ZERO_KEY, openTransport } from './session/transport.ts';
 import { DELIVERED, OPENED, REPLAYED, ZERO_KEY_REFUSED, type OpenedTransport } from './session/transport-opener.ts';
@@ -92,6 +93,8 @@ export class WireGuardCore implements PeerHost {
   private publicKey: Uint8Array | undefined;
   private cookieChecker: CookieChecker | undefined;
   private readonly peersByKey = new Map<string, Peer>();
+  /** The same peers by number (Peer.number): how the books of another thread's work find theirs. */
+  private readonly peersByNumber = new Map<number, Peer>();
   private underLoadUntil = -Infinity;
   private overloadedUntil = -Infinity;
   private handshakeWindowStart = -Infinity;
@@ -162,6 +165,7 @@ export class WireGuardCore implements PeerHost {
     const prefixes = (options.allowedIps ?? []).map((cidr) => parsePrefix(cidr));
     const peer = new Peer(this, publicKey, options);
     this.peersByKey.set(id, peer);
+    this.peersByNumber.set(peer.number, peer);
     for (const prefix of prefixes) this.allowedIps.insert(prefix, peer);
     return peer;
   }
@@ -183,6 +187,7 @@ export class WireGuardCore implements PeerHost {
     const peer = this.peersByKey.get(id);
     if (!peer) return false;
     this.peersByKey.delete(id);
+    this.peersByNumber.delete(peer.number);
     this.allowedIps.removeByPeer(peer);
     peer.destroy();
     return true;
@@ -193,6 +198,19 @@ export class WireGuardCore implements PeerHost {
   /** Routes an outbound IP packet to its peer by destination address and sends or stages it. */
   sendPacket(packet: Uint8Array): void {
     this.route(packet)?.sendPacket(packet);
+  }
+
+  /**
+   * The books of datagrams a Tun's own thread sealed (and, unless refused, sent) for peer number
+   * `number` (tun.ts SentHandler): what sending them here would have recorded. A peer removed
+   * meanwhile has no books left to keep.
+   */
+  keepBooksOfSent(number: number, outcome: number, datagrams: number, bytes: number): void {
+    if (outcome === SEALER_ZERO_KEY_REFUSED) {
+      this.drops.count('zero-key', datagrams); // unreachable under a hold: defence in depth
+      return;
+    }
+    this.peersByNumber.get(number)?.keepBooksOfSent(bytes, outcome === SOURCE_REFUSED);
   }
 
   /** The peer an outbound packet goes to (cryptokey routing), or undefined (counted as a drop). */

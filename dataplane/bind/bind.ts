@@ -10,6 +10,7 @@ import type { SlotAead } from '../crypto/primitives.ts';
 import type { SelectOptions } from '../crypto/select.ts';
 import type { KeypairTable } from '../session/keypair-table.ts';
 import type { SharedIndexMap } from '../session/shared-index-map.ts';
+import type { PeerSendTable } from '../session/send-table.ts';
 import type { OpenedTransport } from '../session/transport-opener.ts';
 import type { RoutesFeed } from '../allowedips/published-routes.ts';
 import type { TunThreadWriter } from '../tun/tun.ts';
@@ -32,6 +33,12 @@ export interface TransportOpening {
    * per reader thread, which owns the descriptor it returns).
    */
   routes?: RoutesFeed;
+  /**
+   * Where a thread that sends reads each peer's endpoint (send-table.ts): a bind's reader that
+   * delivers a datagram from elsewhere wakes the main thread at once, so that it moves the
+   * endpoint before more is sent to the old one.
+   */
+  sendTable?: PeerSendTable;
   deliver?: (packets: Uint8Array[], count: number) => void;
   tunWriter?: () => TunThreadWriter | undefined;
 }
@@ -47,6 +54,21 @@ export type ReceiveHandler = (datagram: Uint8Array, source: Endpoint, opened: Op
 export interface DeliveryBracket {
   begin(): void;
   end(): void;
+}
+
+/** The bind's UDP sockets, duplicated for another thread that sends (it closes them when done). */
+export interface ThreadSockets {
+  /** -1 when that family has no socket. */
+  fd4: number;
+  fd6: number;
+  /** Whether UDP GSO is worth trying on them. */
+  gso: boolean;
+}
+
+/** The current ThreadSockets (fresh duplicates each call; undefined while closed), and each new set after a reopen. */
+export interface ThreadSocketsFeed {
+  current(): ThreadSockets | undefined;
+  onChange(listener: () => void): () => void;
 }
 
 export interface BindStats {
@@ -110,6 +132,8 @@ export interface Bind {
   setMark(mark: number): Promise<void>;
   /** Resolves once receiving really runs (a reader thread may still be starting after open). */
   ready?(): Promise<void>;
+  /** Optional: its sockets for another thread that sends (a TUN reader that seals: TunSending). */
+  readonly threadSockets?: ThreadSocketsFeed;
   close(): Promise<void>;
   readonly stats: BindStats;
   /** The receive ring's stall watch (dataplane/watchdog.ts), where there is one. */

@@ -86,7 +86,7 @@ import {
   SO_RXQ_OVFL, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
 import { startWorker } from '../sys/threads.ts';
-import type { Bind, BindStats, DeliveryBracket, ReceiveHandler, TransportOpening } from './bind.ts';
+import type { Bind, BindStats, DeliveryBracket, ReceiveHandler, ThreadSockets, ThreadSocketsFeed, TransportOpening } from './bind.ts';
 import { NOT_OPENED, readRecord, type OpenedTransport } from '../session/transport-opener.ts';
 import { shareSessions } from '../session/shared-sessions.ts';
 import { StallWatch, WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
@@ -453,6 +453,24 @@ export class FfiUdpBind implements Bind, Liveness {
   private libc: Libc | undefined;
   private tx: TxArea | undefined;
   private readonly progress = newSendProgress();
+  private readonly socketListeners = new Set<() => void>();
+
+  /** The sockets for a TUN reader that sends (Bind.threadSockets): duplicates, told anew after each open. */
+  readonly threadSockets: ThreadSocketsFeed = {
+    current: (): ThreadSockets | undefined => {
+      const s = this.session;
+      const libc = this.libc;
+      if (s === undefined || libc === undefined) return undefined;
+      const fd4 = libc.dup(s.fd4);
+      if (fd4 < 0) return undefined;
+      const fd6 = s.fd6 >= 0 ? libc.dup(s.fd6) : -1;
+      return { fd4, fd6, gso: this.gso };
+    },
+    onChange: (listener: () => void): (() => void) => {
+      this.socketListeners.add(listener);
+      return () => this.socketListeners.delete(listener);
+    },
+  };
   private deferred: DeferredArea | undefined;
   /** One slot for `send`; FLUSH_SLOTS for the send queue's flush. */
   private soloArea: SendArea | undefined;
@@ -628,6 +646,7 @@ export class FfiUdpBind implements Bind, Liveness {
       this.stats.attach(session.views.header);
       this.port = chosen;
       this.waitForData(session);
+      for (const listener of this.socketListeners) listener();
       return chosen;
     } catch (err) {
       libc.close(fd4);
@@ -748,7 +767,7 @@ export class FfiUdpBind implements Bind, Liveness {
       // New chunks and a moved index map reach the reader through this port; it reads it only when it needs to.
       const { port1, port2 } = new MessageChannel();
       port1.unref();
-      const shared = shareSessions(opening.keypairs, opening.indices, opening.routes, (message) => port1.postMessage(message));
+      const shared = shareSessions(opening.keypairs, opening.indices, opening.routes, (message) => port1.postMessage(message), opening.sendTable);
       session.sessionsPort = port1;
       session.stopSharing = shared.stop;
       // With a TUN to write to, the reader delivers what it may itself (through its own descriptor, closed with the session).

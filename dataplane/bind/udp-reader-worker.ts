@@ -43,6 +43,9 @@ import { TunPacketWriter } from '../tun/tun-writer.ts';
 import type { TunThreadWriter } from '../tun/tun.ts';
 import { SharedSessionsView, type SharedSessionsInit, type SharedSessionsMessage } from '../session/shared-sessions.ts';
 import {
+  CHUNK_ENTRIES as SEND_CHUNK_ENTRIES, CHUNK_SHIFT as SEND_CHUNK_SHIFT, fromTarget, newSendTarget, readSendTarget,
+} from '../session/send-table.ts';
+import {
   LAST_ERRNO, READ_SEQ, WRITE_SEQ, awaitRoom, beginRunning, finishWorker, publish, publishQuietly, seqAdd, seqDistance } from '../ring/shared-ring.ts';
 
 export interface UdpReaderConfig {
@@ -93,10 +96,18 @@ function buildMessageHeaders(libc: Libc, config: UdpReaderConfig, offsets: Retur
   }
 }
 
-export function runUdpReader(libc: Libc, config: UdpReaderConfig, opener?: TransportOpener): void {
+/** The reader's opener, and the shared tables it reads (for the send table: see `moved` below). */
+export interface ReaderOpening {
+  opener: TransportOpener;
+  sessions: SharedSessionsView;
+}
+
+export function runUdpReader(libc: Libc, config: UdpReaderConfig, opening?: ReaderOpening): void {
+  const opener = opening?.opener;
   const { fds, wakeFd, buffer, slots, slotSize } = config;
   const { header, lengths, segments, locals, opened, records, offsets } = udpRingViews(buffer, config);
   const bytes = new Uint8Array(buffer);
+  const localBytes = new Uint8Array(buffer, offsets.locals, slots * LOCAL_WORDS * 4);
   // The control buffers as 32-bit words: per slot, cmsg_len at +0, cmsg_level at +2, cmsg_type at +3, the value at +4.
   const control32 = new Int32Array(buffer, offsets.controls, (slots * CONTROL_SIZE) / 4);
   const CONTROL_WORDS = CONTROL_SIZE / 4;
@@ -131,6 +142,20 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opener?: Trans
   // a quarter of the ring, or at most for its wait's backstop (READER_WAIT_BACKSTOP_MS).
   let urgent = false;
   const booksBacklog = Math.max(1, slots >>> 2);
+  /**
+   * Whether the message in `slot`, delivered here whole, came from somewhere other than where
+   * its peer's packets are sent (the send table, which a TUN reader that sends reads): the peer
+   * roamed. Its books then must not wait: the main thread moves the endpoint, and until it does
+   * replies go to the old address.
+   */
+  const target = newSendTarget();
+  const moved = (slot: number): boolean => {
+    const peer = opener!.deliveredPeer;
+    const words = opening!.sessions.sendChunkAt(peer >> SEND_CHUNK_SHIFT);
+    if (words === undefined || !readSendTarget(words, peer & (SEND_CHUNK_ENTRIES - 1), target)) return false;
+    const local = slot * LOCAL_WORDS;
+    return !fromTarget(target, bytes, offsets.names + slot * NAME_SIZE, locals[local + LOCAL_FAMILY], localBytes.subarray(local * 4, local * 4 + 16));
+  };
 
   /** The reader's last act; a non-zero errno raises READER_FAILED. */
   const finish = (errno: number) => finishWorker(header, errno);
@@ -199,7 +224,7 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opener?: Trans
           opened[slot] = opener !== undefined && length > 0
             ? opener.openMessage(bytes, offsets.data + slot * slotSize, length, segment, records, slot * SLOT_RECORD_INTS)
             : 0;
-          if (opened[slot] === 0 || !opener!.deliveredWhole) urgent = true;
+          if (opened[slot] === 0 || !opener!.deliveredWhole || moved(slot)) urgent = true;
           msg32[words + 2] = SOCKADDR_IN6_SIZE; // the kernel wrote the actual name length back
           msg32[words + 10] = CONTROL_SIZE; // and the control length
         }
@@ -247,7 +272,7 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opener?: Trans
 }
 
 /** The opener the config asks for; undefined (OPENER_FAILED set) when no AEAD provider loads here. */
-async function openerFor(config: UdpReaderConfig, libc: Promise<Libc>): Promise<TransportOpener | undefined> {
+async function openerFor(config: UdpReaderConfig, libc: Promise<Libc>): Promise<ReaderOpening | undefined> {
   const opening = config.opening;
   if (opening === undefined) return undefined;
   try {
@@ -255,17 +280,17 @@ async function openerFor(config: UdpReaderConfig, libc: Promise<Libc>): Promise<
     const port = opening.port;
     const sessions = new SharedSessionsView(opening.sessions, () => receiveMessageOnPort(port)?.message as SharedSessionsMessage | undefined);
     const tun = opening.tun;
-    if (tun === undefined) return new TransportOpener(aead, sessions.chunkAt, sessions.indices);
+    if (tun === undefined) return { opener: new TransportOpener(aead, sessions.chunkAt, sessions.indices), sessions };
     const writer = new TunPacketWriter(await libc, tun.fd, tun.vnetHeader, tun.offloads);
     const header = new Int32Array(config.buffer);
-    return new TransportOpener(aead, sessions.chunkAt, sessions.indices, {
+    return { sessions, opener: new TransportOpener(aead, sessions.chunkAt, sessions.indices, {
       routes: () => sessions.routes(),
       write: (packets, count) => {
         const written = writer.write(packets, count);
         Atomics.add(header, TUN_WRITTEN, written);
         if (written < count) Atomics.add(header, TUN_WRITE_ERRORS, count - written);
       },
-    });
+    }) };
   } catch {
     Atomics.store(new Int32Array(config.buffer), OPENER_FAILED, 1);
     return undefined;
@@ -275,6 +300,6 @@ async function openerFor(config: UdpReaderConfig, libc: Promise<Libc>): Promise<
 const config = workerData as UdpReaderConfig | undefined;
 if (config && Array.isArray(config.fds) && config.buffer instanceof SharedArrayBuffer) {
   const libcLoaded = loadLibc();
-  const [libc, opener] = await Promise.all([libcLoaded, openerFor(config, libcLoaded)]);
-  runUdpReader(libc, config, opener);
+  const [libc, opening] = await Promise.all([libcLoaded, openerFor(config, libcLoaded)]);
+  runUdpReader(libc, config, opening);
 }

@@ -1,8 +1,9 @@
 /**
  * Device: the protocol core wired to a TUN device, a UDP bind and a crypto pool.
  *
- *   TUN read (batch) -> OutboundPipeline (send.ts) -> sealed datagrams -> bind.send
- *   bind receive, opened in the bind's reader -> receive (receive.ts) -> packets -> TUN write
+ *   TUN read, sealed and sent in the TUN's reader where the send table allows (reader-sender.ts)
+ *     -> books to the core; the rest -> OutboundPipeline (send.ts) -> bind.send
+ *   bind receive, opened (and delivered) in the bind's reader -> receive (receive.ts) -> TUN write
  *
  * With `threads: 0` there is no pool: outbound packets go through the core's single-threaded
  * path (core.sendPacket), which copies less and suits one-core hosts.
@@ -147,15 +148,23 @@ export class Device {
       this.outbound = new OutboundPipeline(this.core, this.bind, this.pool, batches);
     }
     // Transport messages are opened where they are received, and those of confirmed sessions
-    // delivered there too (receive.ts).
+    // delivered there too (receive.ts); packets read from the TUN are sealed and sent where they
+    // are read, for peers whose send-table entry allows it (docs/data-workers.md step 3).
     const tun = this.tun;
-    this.bind.openTransport?.({
-      keypairs: this.core.keypairTable, indices: this.core.indexTable.shared, aead: options.crypto, selection: options.cryptoSelection ?? {},
-      routes: new PublishedRoutes(this.core.allowedIps, (peer) => peer.number),
+    const bind = this.bind;
+    const routes = new PublishedRoutes(this.core.allowedIps, (peer) => peer.number);
+    const selection = options.cryptoSelection ?? {};
+    bind.openTransport?.({
+      keypairs: this.core.keypairTable, indices: this.core.indexTable.shared, aead: options.crypto, selection, routes,
+      sendTable: this.core.sendTable,
       deliver: (packets, count) => tun.write(packets, count),
       tunWriter: tun.threadWriter && (() => tun.threadWriter!()),
     });
     const core = this.core;
+    tun.sendOnThread?.({
+      keypairs: core.keypairTable, indices: core.indexTable.shared, sendTable: core.sendTable, routes, mtu: core.mtu,
+      aead: options.crypto, selection, sockets: bind.threadSockets, send: (to, datagram) => bind.send(to, datagram),
+    }, (peer, outcome, datagrams, bytes) => core.keepBooksOfSent(peer, outcome, datagrams, bytes));
     this.bind.onReceive((datagram, source, opened) => receive(core, datagram, source, opened), this.delivery);
     // What the kernel dropped from a full receive queue is counted, and means overload.
     this.bind.onKernelDrops?.((dropped) => this.core.reportReceiveOverflow(dropped));
@@ -193,6 +202,9 @@ export class Device {
       if (this.bind.openerFailed === true) {
         // Still correct (the core opens what the reader leaves), but every packet costs the main thread.
         this.logger.error('the UDP reader thread could not load an AEAD provider: received packets are opened on the main thread');
+      }
+      if (this.tun.senderFailed === true) {
+        this.logger.error('the TUN reader thread could not load an AEAD provider: outbound packets are sealed on the main thread');
       }
     });
     this.threadsRunning.catch(() => {}); // reported to whoever awaits running()

@@ -1,5 +1,7 @@
 /**
- * The outbound pipeline (wireguard-go's send.go, in stages):
+ * The main thread's outbound pipeline, for the packets the TUN did not seal and send where it read
+ * them (tun/reader-sender.ts: a peer whose send-table entry names nothing, such as one without a
+ * session, or in the last second of a keypair's life). In stages, as wireguard-go's send.go:
  *
  *   TUN batch -> route each packet by allowed IPs (main thread)
  *             -> group per peer into a shared-memory batch, assign nonces in order (main thread)

@@ -264,6 +264,23 @@ export class Peer implements TimerActions {
     this.txBytes += length;
   }
 
+  /**
+   * The books of datagrams another thread sealed and sent under this peer's send-table entry
+   * (core.keepBooksOfSent): the bytes, the timers and the rekey checks, as after sending here.
+   * `sourceRefused`: the kernel would not send from the endpoint's sticky source any more (the
+   * address is gone), so it is forgotten, as the bind does for what it sends.
+   */
+  keepBooksOfSent(bytes: number, sourceRefused: boolean): void {
+    const now = this.host.clock.now();
+    this.txBytes += bytes;
+    const endpoint = this.currentEndpoint;
+    if (sourceRefused && endpoint?.local !== undefined) {
+      endpoint.local = undefined;
+      this.refreshSendState(now);
+    }
+    this.afterSending(now, true);
+  }
+
   /** Timer hooks and rekey check after a batch left (wireguard-go's sequential sender). */
   packetsSent(now: number, sentData: boolean): void {
     this.afterSending(now, sentData);

@@ -100,6 +100,8 @@ export class TransportOpener {
    * main thread then has only books to keep for it, which may wait (udp-reader-worker.ts).
    */
   deliveredWhole = false;
+  /** The peer number openMessage's last message was delivered for (meaningful when deliveredWhole). */
+  deliveredPeer = -1;
 
   constructor(
     private readonly aead: SlotAead, private readonly chunkAt: ChunkLookup, private readonly indices: IndexMapReader,
@@ -213,6 +215,7 @@ export class TransportOpener {
     if (!this.windowOf(chunk, within, slot, generation).check(counter)) return REPLAYED;
     if (packet !== undefined) this.pending[this.pendingCount++] = packet;
     this.delivered++;
+    this.deliveredPeer = peer;
     return DELIVERED;
   }
 

@@ -38,6 +38,10 @@ import type { ChunkLookup } from './transport-opener.ts';
 export const LEFT = 0;
 export const SEALED = 1;
 export const ZERO_KEY_REFUSED = 2;
+/** Written by the sender (tun/reader-sender.ts): sealed and sent, from an address the kernel picked (the sticky source was refused). */
+export const SOURCE_REFUSED = 3;
+/** Written by the sender: sealed, then dropped, the socket having no room (counted as a send error, not in the books). */
+export const NO_ROOM = 4;
 
 export const RECORD_INTS = 3;
 export const R_OUTCOME = 0;

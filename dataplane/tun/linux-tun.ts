@@ -33,7 +33,7 @@
  * handlers run once.
  */
 import { existsSync } from 'node:fs';
-import type { Worker } from 'node:worker_threads';
+import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import {
   AF_INET, EBADFD, EFD_CLOEXEC, EFD_NONBLOCK, IFF_NO_PI, IFF_TUN, IFF_VNET_HDR, IFNAMSIZ, IFREQ_SIZE,
   O_CLOEXEC, O_NONBLOCK, O_RDWR, SIOCGIFMTU, SIOCSIFMTU, SOCK_CLOEXEC, SOCK_DGRAM, TUNSETIFF, TUNSETOFFLOAD, TUN_F_CSUM, TUN_F_TSO4,
@@ -43,12 +43,15 @@ import { TunPacketWriter } from './tun-writer.ts';
 import { startWorker } from '../sys/threads.ts';
 import { StallWatch, WATCH_INTERVAL_MS as RING_WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
 import type { ReaderConfig } from './reader-worker.ts';
-import { DEFAULT_SLOTS, DEVICE_GONE, READ_ERRORS, SLOT_SIZE, ringBytes, ringViews, type RingViews } from './ring.ts';
+import { DEFAULT_SLOTS, DEVICE_GONE, PACKET_OFFSET, READ_ERRORS, SENDER_FAILED, SEND_ERRORS, SLOT_SIZE, ringBytes, ringViews, type RingViews } from './ring.ts';
+import { LEFT, NO_ROOM, RECORD_INTS, R_LENGTH, R_OUTCOME, R_PEER } from '../session/transport-sealer.ts';
+import { shareSessions } from '../session/shared-sessions.ts';
+import type { ReaderSendingConfig, SenderMessage } from './reader-sender.ts';
 import {
   CONSUMER_WAITING, LAST_ERRNO, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, WRITE_SEQ, awaitStopped, release, requestStop, seqAdd, seqDistance,
 } from '../ring/shared-ring.ts';
 import { READER_WAIT_BACKSTOP_MS, awaitBooted, awaitChange, settleWaits } from '../ring/ring-wait.ts';
-import type { OpenTunOptions, Tun, TunStats, TunThreadWriter } from './tun.ts';
+import type { OpenTunOptions, SentHandler, Tun, TunSending, TunStats, TunThreadWriter } from './tun.ts';
 
 /** How often the fallback existence check runs. */
 const WATCH_INTERVAL_MS = 1000;
@@ -66,6 +69,10 @@ class LinuxTunStats implements TunStats {
   }
   get readErrors(): number {
     return Atomics.load(this.#header, READ_ERRORS);
+  }
+  /** Datagrams the reader sealed that the kernel refused or had no room for. */
+  get sendErrors(): number {
+    return Atomics.load(this.#header, SEND_ERRORS);
   }
 }
 
@@ -110,6 +117,10 @@ export class LinuxTun implements Tun, Liveness {
   private worker: Worker | undefined;
   private wakeFd = -1;
   private onPackets: ((packets: Uint8Array[], count: number) => void) | undefined;
+  /** With sendOnThread: what the reader gets to send, the books' handler, and how to stop feeding it. */
+  private sending: TunSending | undefined;
+  private onSent: SentHandler | undefined;
+  private stopFeeding: (() => void) | undefined;
   private readSeq = 0;
   private pumpScheduled = false;
   private closed = false;
@@ -225,6 +236,17 @@ export class LinuxTun implements Tun, Liveness {
     this.lastMtu = mtu;
   }
 
+  sendOnThread(sending: TunSending, onSent: SentHandler): void {
+    if (this.onPackets) throw new Error(`${this.name}: sendOnThread() after start()`);
+    this.sending = sending;
+    this.onSent = onSent;
+  }
+
+  /** Whether the reader thread could not load an AEAD provider (it then seals nothing: the main thread does). */
+  get senderFailed(): boolean {
+    return Atomics.load(this.ring.header, SENDER_FAILED) === 1;
+  }
+
   start(onPackets: (packets: Uint8Array[], count: number) => void): void {
     if (this.onPackets) throw new Error(`${this.name}: start() was already called`);
     if (this.closed) throw new Error(`${this.name}: device is closed`);
@@ -233,8 +255,10 @@ export class LinuxTun implements Tun, Liveness {
     if (wakeFd < 0) throw errnoError('eventfd', this.libc.errno());
     this.wakeFd = wakeFd;
     const config: ReaderConfig = { fd: this.fd, wakeFd, buffer: this.buffer, slots: DEFAULT_SLOTS, slotSize: SLOT_SIZE, vnetHeader: this.vnetHeader };
+    const transfer: MessagePort[] = [];
+    if (this.sending !== undefined) config.sending = this.feedSending(this.sending, transfer);
     const entry = new URL(`./reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
-    const worker = startWorker(entry, { ...config });
+    const worker = startWorker(entry, { ...config }, transfer);
     this.worker = worker;
     if (this.watchdogEnabled) {
       this.ringTimer = setInterval(this.watchRing, RING_WATCH_INTERVAL_MS);
@@ -247,6 +271,37 @@ export class LinuxTun implements Tun, Liveness {
       this.fail(new Error(`${this.name}: TUN reader thread exited unexpectedly (code ${code})`));
     });
     this.waitForPackets();
+  }
+
+  /**
+   * What the reader thread starts with to send (reader-sender.ts), and from now on every change
+   * posted to it: the sessions' (new keypair chunks, routes), the send table's chunks, the bind's
+   * sockets after a reopen (fresh duplicates each time; the reader closes the ones it replaces).
+   */
+  private feedSending(sending: TunSending, transfer: MessagePort[]): ReaderSendingConfig & { selection: TunSending['selection'] } {
+    const sessionsChannel = new MessageChannel();
+    const senderChannel = new MessageChannel();
+    const posted = new SharedArrayBuffer(4);
+    const post = (message: SenderMessage) => {
+      senderChannel.port1.postMessage(message);
+      Atomics.add(new Int32Array(posted), 0, 1); // after the post: whoever sees the count finds the message
+      this.wakeReader(); // it may sit in poll, holding the replaced sockets open
+    };
+    const sessions = shareSessions(sending.keypairs, sending.indices, sending.routes, (m) => sessionsChannel.port1.postMessage(m), sending.sendTable);
+    const stopSockets = sending.sockets?.onChange(() => {
+      const sockets = sending.sockets!.current();
+      if (sockets !== undefined) post({ kind: 'sockets', sockets });
+    });
+    this.stopFeeding = () => {
+      sessions.stop();
+      stopSockets?.();
+      sessionsChannel.port1.close();
+      senderChannel.port1.close();
+    };
+    transfer.push(sessionsChannel.port2, senderChannel.port2);
+    return {
+      sessions: sessions.init, sessionsPort: sessionsChannel.port2, port: senderChannel.port2, posted, sockets: sending.sockets?.current(), mtu: sending.mtu, selection: sending.selection,
+    };
   }
 
   /** See Tun.ready: waits (at most 30 s) for the reader thread to begin. */
@@ -295,6 +350,8 @@ export class LinuxTun implements Tun, Liveness {
     if (this.ringTimer) clearInterval(this.ringTimer);
     this.ringTimer = undefined;
     this.stopReader();
+    this.stopFeeding?.();
+    this.stopFeeding = undefined;
     this.libc.close(this.fd);
     if (this.ctlFd >= 0) this.libc.close(this.ctlFd);
     if (this.wakeFd >= 0) this.libc.close(this.wakeFd);
@@ -318,12 +375,18 @@ export class LinuxTun implements Tun, Liveness {
       return;
     }
     if (state === STATE_RUNNING) {
-      const one = new Uint8Array(8);
-      new BigUint64Array(one.buffer)[0] = 1n; // the eventfd counter increment, a host-order u64
-      this.libc.write(this.wakeFd, one, 8); // it may sit in poll
+      this.wakeReader(); // it may sit in poll
       awaitStopped(header, STOP_TIMEOUT_MS);
     }
     void worker.terminate().catch(() => {});
+  }
+
+  /** Interrupts the reader's poll (it then looks at STATE and at posted changes). */
+  private wakeReader(): void {
+    if (this.wakeFd < 0) return;
+    const one = new Uint8Array(8);
+    new BigUint64Array(one.buffer)[0] = 1n; // the eventfd counter increment, a host-order u64
+    this.libc.write(this.wakeFd, one, 8);
   }
 
   private waitForPackets(): void {
@@ -381,20 +444,40 @@ export class LinuxTun implements Tun, Liveness {
   private readonly pump = (): void => {
     this.pumpScheduled = false;
     if (this.closed) return;
-    const { header, lengths, data } = this.ring;
+    const { header, lengths, records, data } = this.ring;
     const write = Atomics.load(header, WRITE_SEQ);
     let seq = this.readSeq;
     const count = seqDistance(write, seq);
     if (count > 0) {
       const packets = this.packets;
       const mask = DEFAULT_SLOTS - 1;
+      let left = 0;
+      // The books of what the reader sent itself, per run of one outcome to one peer, first.
+      let runPeer = -1, runOutcome = LEFT, runDatagrams = 0, runBytes = 0;
       for (let i = 0; i < count; i++) {
         const slot = seq & mask;
-        const offset = slot * SLOT_SIZE;
-        packets[i] = data.subarray(offset, offset + lengths[slot]);
         seq = seqAdd(seq, 1);
+        const r = slot * RECORD_INTS;
+        const outcome = records[r + R_OUTCOME];
+        if (outcome === LEFT) {
+          const offset = slot * SLOT_SIZE + PACKET_OFFSET;
+          packets[left++] = data.subarray(offset, offset + lengths[slot]);
+          continue;
+        }
+        if (outcome === NO_ROOM) continue; // counted by the reader (SEND_ERRORS)
+        const peer = records[r + R_PEER];
+        if (peer !== runPeer || outcome !== runOutcome) {
+          if (runDatagrams > 0) this.keepBooks(runPeer, runOutcome, runDatagrams, runBytes);
+          runPeer = peer;
+          runOutcome = outcome;
+          runDatagrams = 0;
+          runBytes = 0;
+        }
+        runDatagrams++;
+        runBytes += records[r + R_LENGTH];
       }
-      const failure = this.deliver(packets, count);
+      if (runDatagrams > 0) this.keepBooks(runPeer, runOutcome, runDatagrams, runBytes);
+      const failure = left > 0 ? this.deliver(packets, left) : undefined;
       this.readSeq = write;
       release(header, write);
       // A throwing handler is a bug in the caller: surface it, but keep the ring consistent first.
@@ -406,6 +489,15 @@ export class LinuxTun implements Tun, Liveness {
     }
     this.waitForPackets();
   };
+
+  private keepBooks(peer: number, outcome: number, datagrams: number, bytes: number): void {
+    this.stats.readPackets += datagrams;
+    try {
+      this.onSent!(peer, outcome, datagrams, bytes);
+    } catch (err) {
+      queueMicrotask(() => { throw err; });
+    }
+  }
 
   /** Calls the handler; returns what it threw, if anything. */
   private deliver(packets: Uint8Array[], count: number): unknown {

@@ -16,6 +16,13 @@
  * ring slot each (waiting for room in the ring when needed), and a partial checksum the kernel
  * left is completed, so the main thread only ever sees whole MTU-sized packets.
  *
+ * With `sending` (docs/data-workers.md step 3) the packets of one round of reads are first offered
+ * to the ReaderSender (reader-sender.ts), which seals and sends those it may in place and writes
+ * each slot's record; only then are the slots published. A round the sender took whole leaves
+ * only books for the main thread, so it is published without ringing (publishQuietly) unless a
+ * quarter of the ring waits: the main thread takes them at its next wake-up or its wait's
+ * backstop. Packets lie PACKET_OFFSET bytes into their slots (ring.ts), room for the header.
+ *
  * When the interface is deleted the kernel detaches the fd: poll reports POLLERR and read fails
  * with EBADFD. The worker then sets DEVICE_GONE, answers STOPPED and ends.
  *
@@ -24,9 +31,11 @@
  */
 import { workerData } from 'node:worker_threads';
 import { DEVICE_GONE_ERRNOS, EAGAIN, EBADFD, EINTR, POLLERR, POLLHUP, POLLIN, POLLNVAL, loadLibc, type Libc } from '../sys/libc.ts';
-import { READ_ERRORS, ringViews } from './ring.ts';
+import { PACKET_OFFSET, READ_ERRORS, SEAL_ROOM, SENDER_FAILED, SEND_ERRORS, ringViews } from './ring.ts';
 import {
-  READ_SEQ, WRITE_SEQ, awaitRoom, beginRunning, finishWorker, publish, ringFull, seqAdd } from '../ring/shared-ring.ts';
+  READ_SEQ, WRITE_SEQ, awaitRoom, beginRunning, finishWorker, publish, publishQuietly, ringFull, seqAdd, seqDistance } from '../ring/shared-ring.ts';
+import { selectAead, type SelectOptions } from '../crypto/select.ts';
+import { ReaderSender, type ReaderSendingConfig } from './reader-sender.ts';
 import { VNET_READ_SIZE, wordsOf } from './offload.ts';
 import { VNET_READ_REFUSED, VNET_READ_STOPPED, VnetReader, type SlotSink } from './vnet-read.ts';
 
@@ -43,16 +52,31 @@ export interface ReaderConfig {
    * TCP super-packets are split into segments, one per slot, and partial checksums completed.
    */
   vnetHeader?: boolean;
+  /** Seal and send what it may itself (reader-sender.ts), with the AEAD `selection` picks. */
+  sending?: ReaderSendingConfig & { selection: Pick<SelectOptions, 'only' | 'libsodium'> };
 }
 
-export function runReader(libc: Libc, config: ReaderConfig): void {
+/** Packets read before the round is offered to the sender and published: a bound on the first one's wait. */
+const ROUND_PACKETS = 64;
+
+export function runReader(libc: Libc, config: ReaderConfig, sender?: ReaderSender): void {
+  try {
+    readLoop(libc, config, sender);
+  } finally {
+    sender?.close();
+  }
+}
+
+function readLoop(libc: Libc, config: ReaderConfig, sender: ReaderSender | undefined): void {
   const { fd, wakeFd, slots, slotSize } = config;
-  const { header, lengths, data } = ringViews(config.buffer, config);
+  const { header, lengths, records, data } = ringViews(config.buffer, config);
   if (!beginRunning(header)) return; // closed before we began
 
   const mask = slots - 1;
+  // Each packet lands PACKET_OFFSET into its slot and leaves SEAL_ROOM after it (ring.ts).
+  const room = slotSize - PACKET_OFFSET - SEAL_ROOM;
   const slotViews: Uint8Array[] = [];
-  for (let i = 0; i < slots; i++) slotViews.push(data.subarray(i * slotSize, (i + 1) * slotSize));
+  for (let i = 0; i < slots; i++) slotViews.push(data.subarray(i * slotSize + PACKET_OFFSET, i * slotSize + PACKET_OFFSET + room));
 
   // struct pollfd[2] = { {fd, POLLIN, 0}, {wakeFd, POLLIN, 0} }
   const pollBytes = new Uint8Array(16);
@@ -63,18 +87,45 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
   poll32[2] = wakeFd;
   poll16[6] = POLLIN;
 
+  const wakeBytes = new Uint8Array(8);
   let write = Atomics.load(header, WRITE_SEQ);
+  /** The first slot of the round not yet published. */
+  let roundStart = write;
+
+  /** Offers the round's slots to the sender (in at most two pieces: the ring wraps), then publishes them. */
+  const finishRound = (): void => {
+    const count = seqDistance(write, roundStart);
+    if (count <= 0) return;
+    // Whether the sender took every packet of the round (without a sender every record stays
+    // LEFT, zero, as the ring was made, and the main thread is rung for them).
+    let handled = false;
+    if (sender !== undefined) {
+      const first = roundStart & mask;
+      const head = Math.min(count, slots - first);
+      handled = sender.handle(data, slotSize, lengths, records, first, head);
+      if (head < count) handled = sender.handle(data, slotSize, lengths, records, 0, count - head) && handled;
+      if (sender.sendErrors > 0) {
+        Atomics.add(header, SEND_ERRORS, sender.sendErrors);
+        sender.sendErrors = 0;
+      }
+    }
+    roundStart = write;
+    // Only books for the main thread: they wait for its next look, unless a quarter of the ring does.
+    if (handled && seqDistance(write, Atomics.load(header, READ_SEQ)) < slots / 4) publishQuietly(header, write);
+    else publish(header, write);
+  };
 
   /** The reader's last act; a non-zero errno says the device is gone (DEVICE_GONE). */
   const finish = (goneErrno: number) => finishWorker(header, goneErrno);
 
   // With a vnet header: reads land in a private buffer and are copied or split into ring slots
   // (vnet-read.ts).
-  const vnet = config.vnetHeader === true ? new VnetReader(slotSize, wordsOf(config.buffer)) : undefined;
+  const vnet = config.vnetHeader === true ? new VnetReader(room, wordsOf(config.buffer)) : undefined;
 
-  /** Waits until a slot is free (publishing first); false when a stop was requested meanwhile. */
+  /** Waits until a slot is free (finishing the round first); false when a stop was requested meanwhile. */
   const waitForRoom = (): boolean => {
-    publish(header, write);
+    finishRound();
+    publish(header, write); // ring: the main thread must free slots
     return awaitRoom(header, write, slots);
   };
 
@@ -108,7 +159,13 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
       if (errno === EINTR) continue;
       return finish(errno);
     }
-    if (poll16[7] !== 0) continue; // woken by the main thread: re-check STATE
+    if (poll16[7] !== 0) {
+      // Woken by the main thread: to stop (STATE, checked above) or to take a change (new
+      // sockets: the old ones must not stay open here). The eventfd's count is reset first.
+      libc.read(wakeFd, wakeBytes, 8);
+      sender?.takeChanges();
+      continue;
+    }
     const revents = poll16[3];
     if ((revents & POLLIN) === 0 && (revents & (POLLERR | POLLHUP | POLLNVAL)) === 0) continue;
 
@@ -119,12 +176,12 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
         consumed = Atomics.load(header, READ_SEQ);
         if (ringFull(write, consumed, slots)) break;
       }
-      const n = vnet ? libc.read(fd, vnet.target, VNET_READ_SIZE) : libc.read(fd, slotViews[write & mask], slotSize);
+      if (seqDistance(write, roundStart) >= ROUND_PACKETS) finishRound();
+      const n = vnet ? libc.read(fd, vnet.target, VNET_READ_SIZE) : libc.read(fd, slotViews[write & mask], room);
       if (n > 0) {
         if (!vnet) {
           lengths[write & mask] = n;
           write = seqAdd(write, 1);
-          publish(header, write);
           continue;
         }
         waited = false;
@@ -132,17 +189,20 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
         if (placed === VNET_READ_STOPPED) return finish(0); // stop requested while waiting for room
         if (placed === VNET_READ_REFUSED) Atomics.add(header, READ_ERRORS, 1);
         if (waited) consumed = Atomics.load(header, READ_SEQ);
-        publish(header, write);
         continue;
       }
       if (n === 0) break;
       const errno = libc.errno();
       if (errno === EAGAIN) break;
       if (errno === EINTR) continue;
-      if (DEVICE_GONE_ERRNOS.has(errno)) return finish(errno);
+      if (DEVICE_GONE_ERRNOS.has(errno)) {
+        finishRound();
+        return finish(errno);
+      }
       Atomics.add(header, READ_ERRORS, 1);
       break;
     }
+    finishRound();
     if ((revents & (POLLERR | POLLHUP | POLLNVAL)) !== 0 && (revents & POLLIN) === 0) {
       // The device is gone (tun_chr_poll reports POLLERR for a detached fd) but read did not say so.
       return finish(EBADFD);
@@ -150,8 +210,20 @@ export function runReader(libc: Libc, config: ReaderConfig): void {
   }
 }
 
+/** The sender, or undefined without `sending` or when no AEAD provider loads here (SENDER_FAILED: the main thread seals). */
+async function startSender(libc: Libc, config: ReaderConfig): Promise<ReaderSender | undefined> {
+  const sending = config.sending;
+  if (sending === undefined) return undefined;
+  try {
+    return new ReaderSender(libc, await selectAead(sending.selection), sending);
+  } catch {
+    Atomics.store(new Int32Array(config.buffer), SENDER_FAILED, 1);
+    return undefined;
+  }
+}
+
 const config = workerData as ReaderConfig | undefined;
 if (config && typeof config.fd === 'number' && config.buffer instanceof SharedArrayBuffer) {
   const libc = await loadLibc();
-  runReader(libc, config);
+  runReader(libc, config, await startSender(libc, config));
 }

@@ -8,6 +8,14 @@
  */
 
 import type { Liveness } from '../watchdog.ts';
+import type { Endpoint } from '../net/endpoint.ts';
+import type { SlotAead } from '../crypto/primitives.ts';
+import type { SelectOptions } from '../crypto/select.ts';
+import type { KeypairTable } from '../session/keypair-table.ts';
+import type { PeerSendTable } from '../session/send-table.ts';
+import type { SharedIndexMap } from '../session/shared-index-map.ts';
+import type { RoutesFeed } from '../allowedips/published-routes.ts';
+import type { ThreadSocketsFeed } from '../bind/bind.ts';
 
 export interface TunStats {
   /** Packets delivered to the `start` handler. */
@@ -30,6 +38,37 @@ export interface TunThreadWriter {
   offloads: number;
 }
 
+/**
+ * What a Tun needs to seal and send the packets it reads itself, where a peer's send-table entry
+ * allows (docs/data-workers.md step 3, session/transport-sealer.ts); the rest still goes to the
+ * start() handler.
+ */
+export interface TunSending {
+  keypairs: KeypairTable;
+  /** Part of what a thread is handed of the sessions (shared-sessions.ts); the sender does not use it. */
+  indices: SharedIndexMap;
+  sendTable: PeerSendTable;
+  routes: RoutesFeed;
+  /** The MTU the padding is computed for (the device's, when sending starts). */
+  mtu: number;
+  /** The AEAD, for a Tun that seals on the calling thread (MemoryTun). */
+  aead: SlotAead;
+  /** How a Tun's own thread picks its AEAD (as `aead` was picked). */
+  selection: Pick<SelectOptions, 'only' | 'libsodium'>;
+  /** For a Tun whose own thread sends (LinuxTun): the UDP sockets, duplicated for it, now and after each change. */
+  sockets?: ThreadSocketsFeed;
+  /** For a Tun that sends on the calling thread (MemoryTun): how a sealed datagram leaves. */
+  send?: (to: Endpoint, datagram: Uint8Array) => void;
+}
+
+/**
+ * The books of what a Tun sealed itself, one call per run of one outcome to one peer (by number):
+ * SEALED (sent), SOURCE_REFUSED (sent from an address the kernel picked: the sticky source is
+ * gone) or ZERO_KEY_REFUSED (nothing sealed) from transport-sealer.ts / reader-sender.ts; the
+ * datagrams and their bytes.
+ */
+export type SentHandler = (peer: number, outcome: number, datagrams: number, bytes: number) => void;
+
 export interface Tun {
   /** The actual interface name (what the kernel picked when the requested name contained %d). */
   readonly name: string;
@@ -45,6 +84,13 @@ export interface Tun {
    * first `count` entries are valid. May be called once.
    */
   start(onPackets: (packets: Uint8Array[], count: number) => void): void;
+  /**
+   * Optional, before start(): seal and send what it may itself (TunSending); `onSent` gets the
+   * books of it, before the handler gets the packets of the same read.
+   */
+  sendOnThread?(sending: TunSending, onSent: SentHandler): void;
+  /** True when the Tun's thread could not load an AEAD provider to seal with (the main thread then seals everything). */
+  readonly senderFailed?: boolean;
   /**
    * Resolves once reading really runs after start() (a reader thread may still be starting; the
    * kernel queues what arrives meanwhile, up to the interface's txqueuelen).

@@ -9,15 +9,19 @@ import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 
-type PairOptions = Pick<DeviceOptions, 'pool' | 'timings' | 'logger' | 'clock'>;
+type PairOptions = Pick<DeviceOptions, 'pool' | 'timings' | 'logger' | 'clock'> & {
+  /** false: the TUNs do not seal themselves (MemoryTunOptions.sealsItself), so every packet takes the main thread's pipeline. */
+  tunSeals?: boolean;
+};
 
 /** `options` apply to both devices; `only` to one of them (e.g. a different pool for B). */
 export async function makeDevicePair(crypto: Crypto, options: PairOptions = {}, only: { a?: PairOptions; b?: PairOptions } = {}) {
   const network = new MemoryNetwork();
   const make = async (host: string, own: PairOptions | undefined) => {
-    const tun = new MemoryTun('rgmem0', 1420);
+    const { tunSeals, ...deviceOptions } = { ...options, ...own };
+    const tun = new MemoryTun('rgmem0', 1420, { sealsItself: tunSeals });
     const bind = network.bind(host);
-    const device = new Device({ tun, bind, crypto, ...options, ...own });
+    const device = new Device({ tun, bind, crypto, ...deviceOptions });
     device.core.setPrivateKey(generatePrivateKey(crypto));
     await device.start(0);
     return { tun, bind, device };

@@ -10,7 +10,8 @@ import assert from 'node:assert/strict';
 import dgram from 'node:dgram';
 import { readdirSync } from 'node:fs';
 import { FfiUdpBind } from '../../dataplane/bind/ffi-udp-bind.ts';
-import { Endpoint } from '../../dataplane/net/endpoint.ts';
+import { Endpoint, LocalSource } from '../../dataplane/net/endpoint.ts';
+import { PeerSendTable } from '../../dataplane/session/send-table.ts';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import { Device } from '../../dataplane/device/device.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
@@ -624,7 +625,7 @@ describe('FfiUdpBind opening transport messages in its reader thread', () => {
   });
 
   /** A bind whose reader delivers index 0x100's packets (peer 7, 10.0.0.0/24) into a socket standing in for the TUN; 0x200 is unconfirmed. */
-  async function deliveringBind() {
+  async function deliveringBind(sendTable?: PeerSendTable) {
     const crypto = await selectCrypto();
     const libc = await loadLibc();
     const keypairs = new KeypairTable();
@@ -645,7 +646,7 @@ describe('FfiUdpBind opening transport messages in its reader thread', () => {
     const tunFd = (tunSide as unknown as { _handle: { fd: number } })._handle.fd;
     const bind = new FfiUdpBind();
     bind.openTransport({
-      keypairs, indices, aead: crypto, selection: {}, routes: new PublishedRoutes(table, (peer) => peer),
+      keypairs, indices, aead: crypto, selection: {}, routes: new PublishedRoutes(table, (peer) => peer), sendTable,
       tunWriter: () => ({ fd: libc.dup(tunFd), vnetHeader: false, offloads: 0 }),
     });
     const got: Array<{ outcome: number }> = [];
@@ -665,7 +666,7 @@ describe('FfiUdpBind opening transport messages in its reader thread', () => {
       a.bind.send(to, message);
       return message;
     };
-    return { bind, got, sink, inner, send };
+    return { bind, got, sink, inner, send, senderPort: a.bind.port, confirmed };
   }
 
   test('delivering: a confirmed keypair\'s packets are written by the reader thread itself (once), the rest handed over', async () => {
@@ -714,6 +715,35 @@ describe('FfiUdpBind opening transport messages in its reader thread', () => {
     send(0x200, 300);
     await until(() => got.at(-1)?.outcome === OPENED, 10_000, 'the unconfirmed packet\'s record');
     assert.equal(got.at(-2)?.outcome, DELIVERED, 'the quiet one before it, handed over with it, in order');
+  });
+
+  test('a delivered datagram from elsewhere than its peer\'s published endpoint (a roam) wakes the main thread at once', async () => {
+    const sendTable = new PeerSendTable();
+    sendTable.add(7);
+    const { bind, got, send, senderPort, confirmed } = await deliveringBind(sendTable);
+    const sendKeypair = { at: confirmed, remoteIndex: 1 };
+    const tenSent = async (first: number) => {
+      const batches = bind.stats.batches;
+      const before = got.length;
+      for (let i = 0; i < 10; i++) {
+        send(0x100, first + i);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      await until(() => got.length === before + 10, 10_000, 'ten records');
+      return bind.stats.batches - batches;
+    };
+    // Sent to another port than the one the datagrams come from: each delivery is a roam.
+    sendTable.publish(7, sendKeypair, new Endpoint('127.0.0.1', senderPort === 65535 ? 1 : senderPort + 1));
+    const roaming = await tenSent(400);
+    assert.ok(roaming >= 8, `woken for each roamed delivery: ${roaming} wake-ups for 10`);
+    // From the published endpoint, arriving on the published local address: books only, quiet.
+    sendTable.publish(7, sendKeypair, new Endpoint('127.0.0.1', senderPort, new LocalSource(Uint8Array.of(127, 0, 0, 1), 1)));
+    const staying = await tenSent(500);
+    assert.ok(staying <= 4, `not woken for deliveries from where the peer is: ${staying} wake-ups for 10`);
+    // The same address and port reaching another of our addresses is a move too (the sticky source changes).
+    sendTable.publish(7, sendKeypair, new Endpoint('127.0.0.1', senderPort, new LocalSource(Uint8Array.of(127, 0, 0, 2), 1)));
+    const otherLocal = await tenSent(600);
+    assert.ok(otherLocal >= 8, `woken when the datagrams reach another local address: ${otherLocal} wake-ups for 10`);
   });
 
   test('a reader that cannot load an AEAD provider says so and hands every datagram over as it came', async () => {
@@ -769,11 +799,11 @@ describe('Device over FfiUdpBind (loopback)', () => {
   after(async () => { await pool?.close(); });
 
   for (const mode of ['inline', 'workers'] as const) {
-    test(`${mode}: 1000 packets each way arrive complete and in order${mode === 'workers' ? ' (sealed batches leave through sendBatch)' : ''}`, async () => {
+    test(`${mode}: 1000 packets each way arrive complete and in order${mode === 'workers' ? ' (a TUN that does not seal itself: the pool\'s sealed batches leave through sendBatch)' : ''}`, async () => {
       const crypto = await selectCrypto();
       if (mode === 'workers') pool ??= new WorkerCryptoPool(2);
       const make = async () => {
-        const tun = new MemoryTun('rgffi0', 1420);
+        const tun = new MemoryTun('rgffi0', 1420, { sealsItself: mode !== 'workers' });
         const bind = new FfiUdpBind();
         const device = new Device({ tun, bind, crypto, pool: mode === 'workers' ? pool : undefined });
         device.core.setPrivateKey(generatePrivateKey(crypto));

@@ -4,7 +4,9 @@
  * configuration and the daemon's split pool (inline below SMALL_BATCH, workers above) in another,
  * driven by a seeded PRNG through random interleavings of
  *
- * - genuine traffic both ways (lone small packets: the direct paths; bursts: the batch pipeline),
+ * - genuine traffic both ways, sealed where it is read by the TUN's sealer while the send table
+ *   names a keypair (MemoryTun runs transport-sealer.ts as the reader thread does), else on the
+ *   main thread (lone small packets: the direct path; bursts: the batch pipeline),
  * - handshakes: either side initiating, both at once (crossing), timer rekeys, expiry and key
  *   erasure on the manual clock, private-key changes (with the peer re-added on the other side),
  * - an attacker who sees every receiver index on the wire and sends datagrams sealed under the
@@ -447,6 +449,8 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
       const opener = (sides[n].bind as MemoryBind).openerCounts;
       assert.ok(opener && opener.opened > 0 && opener.failed > 0, `${n}'s bind opened datagrams on arrival, and refused forged ones: ${JSON.stringify(opener)}`);
       assert.ok(opener.delivered > 0 && opener.delivered < opener.opened, `${n}'s bind delivered some of them itself (confirmed sessions), and left the rest to the device: ${JSON.stringify(opener)}`);
+      const sealer = tun(n).sealerCounts;
+      assert.ok(sealer && sealer.sealed > 0 && sealer.left > 0, `${n}'s TUN sealed and sent some packets itself (the send table named a keypair), and left the rest to the device: ${JSON.stringify(sealer)}`);
     }
     assert.ok(drops.a.get('keypair-retired') + drops.b.get('keypair-retired') > 0, 'the race was exercised: some datagrams opened on arrival met their keypair retired when handled');
     assert.ok(drops.a.get('sending-keypair-retired') + drops.b.get('sending-keypair-retired') > 0, 'and outbound: some queued packets met a retired keypair');

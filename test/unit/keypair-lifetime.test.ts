@@ -15,6 +15,9 @@ import { SLOT_ZERO_KEY, sealBatch } from '../../dataplane/pool/batch-crypto.ts';
 import { InlineCryptoPool, WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import { BatchPool, slotSizeForMtu, type PacketBatch } from '../../dataplane/pool/packet-batch.ts';
 import { Keypair } from '../../dataplane/session/keypair.ts';
+import { ManualClock } from '../../dataplane/clock.ts';
+import { PRODUCTION_TIMINGS } from '../../dataplane/constants.ts';
+import { NO_KEYPAIR } from '../../dataplane/session/send-table.ts';
 import { KeypairTable } from '../../dataplane/session/keypair-table.ts';
 import type { Peer } from '../../dataplane/session/peer.ts';
 import type { MemoryBind } from '../../dataplane/bind/memory-bind.ts';
@@ -246,9 +249,9 @@ describe('the pipelines drop work queued for a keypair retired before it ran', (
   }
 
   /** A device pair with a session both ways; A's datagrams are then captured instead of delivered. */
-  async function setUp() {
+  async function setUp(clock?: ManualClock) {
     const pool = new ControlledPool(crypto);
-    const pair = await makeDevicePair(crypto, { pool });
+    const pair = await makeDevicePair(crypto, { pool, clock });
     const ping = (from: 'a' | 'b', seq: number, size = 0) => buildEchoRequest({
       src: from === 'a' ? '10.0.0.1' : '10.0.0.2', dst: from === 'a' ? '10.0.0.2' : '10.0.0.1', id: 7, seq, payload: new Uint8Array(size),
     });
@@ -347,9 +350,16 @@ describe('the pipelines drop work queued for a keypair retired before it ran', (
   });
 
   test('outbound, retired while the pool seals its batch: sealed under the real key, then not sent', async () => {
-    const t = await setUp();
+    const clock = new ManualClock();
+    const t = await setUp(clock);
     try {
       const k = t.peerOf('a').keypairs.current!;
+      // Within the last second of the keypair's life the TUN may no longer seal under it (the
+      // send table names nothing: send-table.ts), while the main thread still sends with it, in
+      // the pipeline: that is where a batch can meet its keypair retired.
+      clock.advance(PRODUCTION_TIMINGS.rejectAfterTime - 500 - (clock.now() - k.created));
+      t.pair.a.device.core.tick();
+      assert.equal(t.pair.a.device.core.sendTable.read(t.peerOf('a').number)!.keySlot, NO_KEYPAIR);
       t.pool.deferring = true;
       t.captured.length = 0;
       for (let i = 0; i < 20; i++) t.pair.a.tun.inject(t.ping('a', 100 + i, 1000));

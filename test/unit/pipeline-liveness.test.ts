@@ -82,7 +82,7 @@ describe('bounded queues', () => {
   const PACKETS = 100_000;
 
   test(`outbound: ${PACKETS} packets into a device whose pool never completes: at most ${MAX_IN_FLIGHT_BATCHES} batches held, the rest dropped as queue-full`, { timeout: 60_000 }, async () => {
-    const pair = await makeDevicePair(crypto, {}, { a: { pool: neverPool() } });
+    const pair = await makeDevicePair(crypto, {}, { a: { pool: neverPool(), tunSeals: false } });
     try {
       pair.a.tun.inject(ping(0)); // lone and small: the direct path, which starts the handshake
       await until(() => pair.b.tun.written.length === 1, 10_000, 'the first ping');
@@ -172,7 +172,7 @@ describe('a crypto worker dies under traffic', () => {
     const lost: string[] = [];
     (pool as unknown as { options: { onWorkerLost: (m: string) => void } }).options.onWorkerLost = (m) => lost.push(m);
     await pool.ready;
-    const pair = await makeDevicePair(crypto, { pool });
+    const pair = await makeDevicePair(crypto, { pool, tunSeals: false });
     try {
       pair.a.tun.inject(ping(0));
       await until(() => pair.b.tun.written.length === 1, 10_000, 'the first ping');
@@ -261,7 +261,7 @@ describe('watchdog', () => {
     const logger = capture();
     const pool = new WorkerCryptoPool(1, { faults: [{ stallAfter: 10 }] });
     await pool.ready;
-    const pair = await makeDevicePair(crypto, { pool, logger }); // both devices log to it (they share the pool)
+    const pair = await makeDevicePair(crypto, { pool, logger, tunSeals: false }); // both devices log to it (they share the pool)
     try {
       pair.a.tun.inject(ping(0));
       await until(() => pair.b.tun.written.length === 1, 10_000, 'the first ping');

@@ -23,7 +23,7 @@ import { createSocket } from 'node:dgram';
 import { FfiUdpBind } from '../../dataplane/bind/ffi-udp-bind.ts';
 import { LinuxTun } from '../../dataplane/tun/linux-tun.ts';
 import type { Liveness, StallReport } from '../../dataplane/watchdog.ts';
-import { AF_INET, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOCKADDR_IN_SIZE, loadLibc } from '../../dataplane/sys/libc.ts';
+import { loopbackSocket } from '../helpers/loopback-socket.ts';
 
 const SOAK = process.env.ROAMGUARD_SOAK === '1';
 const ITEMS = SOAK ? 6_000_000 : 300_000;
@@ -59,22 +59,8 @@ async function udpReceiver({ watchdog = false, loseWakeUp, startSequence }: Faul
   };
 }
 
-/** A non-blocking UDP socket on 127.0.0.1 (the TUN reader's stand-in for a TUN fd) and its port. */
-async function loopbackSocket(): Promise<{ fd: number; port: number }> {
-  const libc = await loadLibc();
-  const fd = libc.socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  assert.ok(fd >= 0, 'socket');
-  const address = new Uint8Array(SOCKADDR_IN_SIZE);
-  new Uint16Array(address.buffer, 0, 1)[0] = AF_INET;
-  address.set([127, 0, 0, 1], 4);
-  assert.equal(libc.bind(fd, address, SOCKADDR_IN_SIZE), 0, 'bind');
-  const length = new Uint8Array(4);
-  new Uint32Array(length.buffer)[0] = SOCKADDR_IN_SIZE;
-  assert.equal(libc.getsockname(fd, address, length), 0, 'getsockname');
-  return { fd, port: (address[2] << 8) | address[3] };
-}
-
 async function tunReceiver({ watchdog = false, loseWakeUp, startSequence }: Faults = {}): Promise<Receiver> {
+  // A datagram socket is the TUN reader's stand-in for a TUN fd: one read, one packet.
   const { fd, port } = await loopbackSocket();
   const tun = await LinuxTun.overDescriptorForTests(fd, { watchdog, loseWakeUp, startSequence });
   return {

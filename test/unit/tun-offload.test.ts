@@ -407,7 +407,7 @@ describe('TUN offload: coalescing segments (GRO)', () => {
 describe('TUN reader thread with a vnet header (a scripted kernel)', () => {
   test('super-packets are split into ring slots, partial checksums completed, bad ones counted', async () => {
     const { runReader } = await import('../../dataplane/tun/reader-worker.ts');
-    const { ringBytes, ringViews, READ_ERRORS } = await import('../../dataplane/tun/ring.ts');
+    const { ringBytes, ringViews, READ_ERRORS, PACKET_OFFSET } = await import('../../dataplane/tun/ring.ts');
     const { STATE, STATE_STOPPED, STATE_STOP_REQUESTED, WRITE_SEQ } = await import('../../dataplane/ring/shared-ring.ts');
     const { EAGAIN, POLLIN } = await import('../../dataplane/sys/libc.ts');
     type Libc = import('../../dataplane/sys/libc.ts').Libc;
@@ -460,7 +460,8 @@ describe('TUN reader thread with a vnet header (a scripted kernel)', () => {
     assert.equal(Atomics.load(ring.header, READ_ERRORS), 1, 'the UDP super-packet');
     const count = Atomics.load(ring.header, WRITE_SEQ);
     assert.equal(count, 31 + 2);
-    const slot = (i: number) => ring.data.slice(i * layout.slotSize, i * layout.slotSize + ring.lengths[i]);
+    // Each packet lies PACKET_OFFSET into its slot (room for the transport header).
+    const slot = (i: number) => ring.data.slice(i * layout.slotSize + PACKET_OFFSET, i * layout.slotSize + PACKET_OFFSET + ring.lengths[i]);
     let offset = 0;
     for (let i = 0; i < 31; i++) {
       const s = slot(i);
