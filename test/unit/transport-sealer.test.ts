@@ -30,6 +30,7 @@ import {
   LEFT, MAX_RUN, RECORD_INTS, R_LENGTH, R_OUTCOME, R_PEER, SEALED, TransportSealer, ZERO_KEY_REFUSED,
 } from '../../dataplane/session/transport-sealer.ts';
 import { filledKey as key } from '../helpers/transport-message.ts';
+import { ipv4PacketTo } from '../helpers/ip-packet.ts';
 
 let crypto: Crypto;
 let aead: SlotAead;
@@ -41,18 +42,8 @@ before(async () => {
 const MTU = 1420;
 const STRIDE = 2048;
 
-/** An IPv4 packet of `size` bytes to 10.0.0.`host`, its payload bytes a function of `seed`. */
-function packetTo(host: number, size: number, seed: number): Uint8Array {
-  const p = new Uint8Array(size);
-  p[0] = 0x45;
-  p[2] = size >> 8;
-  p[3] = size & 0xff;
-  p[9] = 253;
-  p.set([10, 0, 0, 99], 12);
-  p.set([10, 0, 0, host], 16);
-  for (let i = 20; i < size; i++) p[i] = (i * 13 + seed) & 0xff;
-  return p;
-}
+/** An IPv4 packet of `size` bytes to 10.0.0.`host`. */
+const packetTo = (host: number, size: number, seed: number) => ipv4PacketTo(`10.0.0.${host}`, size, seed);
 
 /** A device's tables as a sending thread sees them, peers 0.. routed to 10.0.0.(10 + number). */
 function setUp(peers: number) {

@@ -30,6 +30,7 @@ import { openTransport } from '../../dataplane/session/transport.ts';
 import { SEALED, SOURCE_REFUSED } from '../../dataplane/session/transport-sealer.ts';
 import { filledKey as key } from '../helpers/transport-message.ts';
 import { loopbackSocket } from '../helpers/loopback-socket.ts';
+import { ipv4PacketTo } from '../helpers/ip-packet.ts';
 import { until } from '../helpers/until.ts';
 
 let crypto: Crypto;
@@ -37,18 +38,7 @@ before(async () => {
   crypto = await selectCrypto();
 });
 
-/** An IPv4 packet of `size` bytes to `dst`, its payload a function of `seed`. */
-function packetTo(dst: string, size: number, seed: number): Uint8Array {
-  const p = new Uint8Array(size);
-  p[0] = 0x45;
-  p[2] = size >> 8;
-  p[3] = size & 0xff;
-  p[9] = 253;
-  p.set([10, 0, 0, 1], 12);
-  p.set(parseIp(dst), 16);
-  for (let i = 20; i < size; i++) p[i] = (i * 11 + seed) & 0xff;
-  return p;
-}
+const packetTo = ipv4PacketTo;
 
 const PEER = 7;
 
