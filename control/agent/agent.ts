@@ -33,7 +33,7 @@ import { snapshotInterning } from '../mesh/interned.ts';
 import { sortAddresses, specPodCidrs, type DesiredPeer, type MeshState } from '../mesh/desired-peers.ts';
 import { parseAllowedRanges, podCidrRefusal } from '../mesh/claims.ts';
 import { parsePrefix } from '../../dataplane/net/ip.ts';
-import { newReconcileMemory, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
+import { newReconcileMemory, planReconcile, type PeerAction, type ReconcileMemory } from '../mesh/reconcile.ts';
 import { applySetToSnapshot } from '../mesh/device-model.ts';
 import { judgeReachability, type ReachabilityMemory } from './reachability.ts';
 import { keepLiveEndpoints, observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
@@ -791,7 +791,7 @@ export class Agent implements AgentStatusSource {
       const wanted: MeshState = { ...mesh, peers: live ? keepLiveEndpoints(routed, snapshot, live, this.relays.relayedPeers()) : routed };
       this.lastMesh = wanted;
       const plan = planReconcile(wanted.peers, snapshot, this.memory, {
-        collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(),
+        collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(), rewriteEndpoints: relayed?.directNow,
       });
       t = this.step('plan', t);
       // Until the set answers, the model is unknown: a failure makes the next pass read.
@@ -803,10 +803,11 @@ export class Agent implements AgentStatusSource {
       // us back before we ever used it. So does a peer given a relay's port: the relay learns
       // each member's NAT mapping from its first datagram, and forwards nothing to a member it
       // has not heard from (an idle pair would wait up to a keepalive, 25 s by default, after a
-      // relay was replaced). Observed endpoints, and the direct trials of relayed pairs, are left
-      // to their own timing (the relay logic judges a trial by what arrives).
+      // relay was replaced). So does a relayed pair's direct trial: each member's packet opens its
+      // own NAT for the other's, both at once. Observed endpoints are left to their own timing.
       const stated = new Set<string | undefined>(['forced', 'published', 'lan', 'relay']);
-      const moved = plan.actions.flatMap((a) => (a.kind === 'update' && a.endpoint !== undefined && stated.has(a.peer.endpointSource) ? [{ publicKey: a.peer.publicKeyBytes, persistentKeepalive: a.peer.persistentKeepalive }] : []));
+      const kicked = (a: PeerAction) => a.kind === 'update' && a.endpoint !== undefined && (stated.has(a.peer.endpointSource) || relayed?.directNow.has(a.peer.publicKey) === true);
+      const moved = plan.actions.flatMap((a) => (a.kind === 'update' && kicked(a) ? [{ publicKey: a.peer.publicKeyBytes, persistentKeepalive: a.peer.persistentKeepalive }] : []));
       const kick = kickRequest(moved);
       if (kick) {
         await this.setDevice(kick);

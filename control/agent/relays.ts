@@ -47,6 +47,8 @@ export interface RelayPassResult {
   patch?: AnnotationPatch;
   /** Endpoints that are relay ports: never published as where a peer was discovered. */
   relayEndpoints: Set<string>;
+  /** Peers on a direct trial whose direct endpoint is written now, over a roam, with a packet (`decideRelays`). */
+  directNow: Set<string>;
 }
 
 export class AgentRelays {
@@ -164,7 +166,7 @@ export class AgentRelays {
     if (requests !== this.publishedRequests) patch[ANNOTATION.relayRequests] = requests;
     const allocations = offer ? formatRelayAllocations(this.allocations) : null;
     if (allocations !== this.publishedAllocations) patch[ANNOTATION.relayAllocations] = allocations;
-    return { peers, patch: Object.keys(patch).length > 0 ? patch : undefined, relayEndpoints };
+    return { peers, patch: Object.keys(patch).length > 0 ? patch : undefined, relayEndpoints, directNow: decision.directNow };
   }
 
   /**

@@ -11,7 +11,8 @@
  * - The endpoint is a bootstrap hint. The data plane moves it when the peer roams (NAT rebinding),
  *   and reconcile keeps that: it writes the published endpoint only for a new peer, a peer with no
  *   endpoint, a peer whose published endpoint changed since we last wrote it, or (when we have no
- *   memory, after a restart) a peer that has not completed a handshake recently.
+ *   memory, after a restart) a peer that has not completed a handshake recently; and a peer the
+ *   caller names in `rewriteEndpoints` (a direct trial that a late relayed datagram roamed back).
  */
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { formatPrefix, parsePrefix } from '../../dataplane/net/ip.ts';
@@ -47,6 +48,8 @@ export interface ReconcileOptions {
   /** The data plane understands `allowed_ip=-prefix` (roamguard, newer wireguard-go). */
   canRemoveAllowedIp: boolean;
   nowWallMs: number;
+  /** Peers whose wanted endpoint is written wherever the data plane roamed (a direct trial, relay.ts). */
+  rewriteEndpoints?: ReadonlySet<string>;
 }
 
 export type PeerAction =
@@ -103,7 +106,7 @@ export function planReconcile(
     seen.add(key);
     const want = desired.get(key);
     const settled = memory.settled.get(key);
-    if (want !== undefined && settled !== undefined && settled.want === want && settled.entry === entrySignature(current)) continue;
+    if (want !== undefined && settled !== undefined && settled.want === want && settled.entry === entrySignature(current) && !options.rewriteEndpoints?.has(key)) continue;
     memory.settled.delete(key);
     if (!want) {
       if (options.collectGarbage) {
@@ -129,7 +132,7 @@ export function planReconcile(
         memory.writtenEndpoint.set(key, want.endpoint);
       } else {
         const recent = current.lastHandshakeWallMs > 0 && options.nowWallMs - current.lastHandshakeWallMs < RECENT_HANDSHAKE_MS;
-        if (!current.endpoint) endpoint = want.endpoint;
+        if (!current.endpoint || options.rewriteEndpoints?.has(key)) endpoint = want.endpoint;
         else if (remembered && written !== want.endpoint) endpoint = want.endpoint;
         else if (!remembered && !recent) endpoint = want.endpoint;
         if (endpoint !== undefined || !remembered) memory.writtenEndpoint.set(key, want.endpoint);

@@ -25,7 +25,12 @@
  * Direct paths keep being tried: when the direct endpoints of a relayed pair change (a NAT that
  * changed its behaviour, a new port forward), and every `retryMs` in any case, the pair's members
  * point at each other directly for `trialMs`; packets arriving from a non-relay address in that
- * window prove the direct path and the pair leaves the relay, otherwise it goes back.
+ * window prove the direct path and the pair leaves the relay, otherwise it goes back. The two
+ * members start their trials a moment apart, and a datagram still on its way through the relay
+ * then lands after a member's switch: WireGuard roams to it, that member answers through the
+ * relay, the other roams back too, and the pair would sit on the relay's ports for the rest of the
+ * trial. So a trial keeps its direct endpoint (`directNow`: written again, with a packet at once)
+ * and judges only what arrived since it last did.
  */
 import { createHash } from 'node:crypto';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
@@ -206,6 +211,11 @@ export interface RelayClientDecision {
   requests: Map<string, string[]>;
   /** Peers to reach through a relay now: key → the relay's address and port for us, and its name. */
   routes: Map<string, { endpoint: string; via: string }>;
+  /**
+   * Peers whose direct endpoint is written this pass for a trial, even over a roam, and given a
+   * packet at once: a trial starts, or a datagram through the relay took the data plane back.
+   */
+  directNow: Set<string>;
   events: RelayEvent[];
 }
 
@@ -214,6 +224,7 @@ export function decideRelays(input: RelayClientInput, memory: RelayClientMemory,
   const now = input.nowWallMs;
   const requests = new Map<string, string[]>();
   const routes = new Map<string, { endpoint: string; via: string }>();
+  const directNow = new Set<string>();
   const events: RelayEvent[] = [];
   for (const key of [...memory.keys()]) if (!input.peers.has(key)) memory.delete(key);
   for (const [key, peer] of input.peers) {
@@ -245,7 +256,13 @@ export function decideRelays(input: RelayClientInput, memory: RelayClientMemory,
     } else if (!state.trial && (directKey !== state.triedKey || now - state.lastTrialAt >= input.retryMs) && peer.endpoint !== undefined) {
       state.trial = { until: now + input.trialMs, rxAtStart: seen?.rxBytes ?? 0, relayEndpoint: previous?.get(key)?.endpoint };
       state.triedKey = directKey;
+      directNow.add(key);
       events.push({ kind: 'direct-trial', key, node: peer.nodeName });
+    } else if (state.trial && seen?.endpoint !== undefined && seen.endpoint === state.trial.relayEndpoint) {
+      // Roamed back to the relay mid-trial (see the top of this file): direct again, and only
+      // what arrives from now on counts.
+      state.trial.rxAtStart = seen.rxBytes;
+      directNow.add(key);
     }
     if (input.candidates.length === 0) continue;
     requests.set(key, [...input.candidates]);
@@ -262,7 +279,7 @@ export function decideRelays(input: RelayClientInput, memory: RelayClientMemory,
     const before = previous?.get(key);
     if (before?.endpoint !== endpoint) events.push({ kind: 'relayed', key, node: peer.nodeName, via: via!, endpoint });
   }
-  return { requests, routes, events };
+  return { requests, routes, directNow, events };
 }
 
 // --- the relay's side -------------------------------------------------------------------------

@@ -104,10 +104,10 @@ class FakeDevice {
   }
 }
 
-function reconcile(device: FakeDevice, nodes: NodeObject[], memory: ReconcileMemory, extra: { collectGarbage?: boolean; now?: number; self?: SelfView } = {}) {
+function reconcile(device: FakeDevice, nodes: NodeObject[], memory: ReconcileMemory, extra: { collectGarbage?: boolean; now?: number; self?: SelfView; rewriteEndpoints?: Set<string> } = {}) {
   const mesh = desiredMesh(nodes, extra.self ?? self, options);
   const plan = planReconcile(mesh.peers, device.snapshot(), memory, {
-    collectGarbage: extra.collectGarbage ?? true, canRemoveAllowedIp: device.canRemove, nowWallMs: extra.now ?? Date.now(),
+    collectGarbage: extra.collectGarbage ?? true, canRemoveAllowedIp: device.canRemove, nowWallMs: extra.now ?? Date.now(), rewriteEndpoints: extra.rewriteEndpoints,
   });
   device.apply(plan.request);
   return { mesh, plan };
@@ -317,6 +317,26 @@ describe('mesh: reconcile against the data plane', () => {
     peer.endpoint = Endpoint.parse('203.0.113.10:40001'); // the NAT rebinds; the data plane follows
     reconcile(device, [observed], memory); // the observation has not caught up yet
     assert.equal(device.peer(key)!.endpoint!.toString(), '203.0.113.10:40001', 'the fresh roam is not overwritten by the stale observation');
+  });
+
+  test('a peer named in rewriteEndpoints gets its wanted endpoint back over a roam (a direct trial); the others keep theirs', () => {
+    const device = new FakeDevice();
+    const memory = newReconcileMemory();
+    const [trying, other] = [newKey(), newKey()];
+    const nodes = [node({ name: 'a', key: trying, internalIp: '10.0.0.2' }), node({ name: 'b', key: other, internalIp: '10.0.0.3' })];
+    reconcile(device, nodes, memory);
+    for (const key of [trying, other]) {
+      device.peer(key)!.endpoint = Endpoint.parse('203.0.113.2:51900'); // a datagram through a relay
+      device.peer(key)!.lastHandshakeWallMs = Date.now();
+    }
+    reconcile(device, nodes, memory);
+    const rewrite = new Set([trying]);
+    const { plan } = reconcile(device, nodes, memory, { rewriteEndpoints: rewrite });
+    assert.equal(device.peer(trying)!.endpoint!.toString(), '10.0.0.2:51820', 'written again');
+    assert.equal(device.peer(other)!.endpoint!.toString(), '203.0.113.2:51900', 'a roam of a peer not named is kept');
+    assert.deepEqual(plan.actions.map((a) => a.kind === 'update' && a.endpoint), ['10.0.0.2:51820']);
+    const again = reconcile(device, nodes, memory, { rewriteEndpoints: rewrite });
+    assert.equal(again.plan.request, undefined, 'already there: nothing to write');
   });
 
   test('after an agent restart (no memory): a recent handshake keeps the roamed endpoint, a stale one takes the annotation', () => {

@@ -243,6 +243,42 @@ describe('relay needed, relayed, and back to direct', () => {
     assert.equal(failed.routes.get(k.r2)?.endpoint, relayEndpoint, 'back on the relay');
   });
 
+  test('a datagram through the relay landing after the switch does not end a direct trial: direct is written again, and only what arrives after counts', () => {
+    const id = relayPairId(k.r1, k.r2);
+    const via = chooseRelay(id, ['c1', 'c2'], ['c1', 'c2'])! as 'c1' | 'c2';
+    const allocations = new Map([[id, [51900, 51901] as [number, number]]]);
+    const nodes = world({ r1: { requests: new Map([[k.r2, ['c1', 'c2']]]) }, r2: { requests: new Map([[k.r1, ['c1', 'c2']]]) }, [via]: { allocations } });
+    const direct = clientInput(nodes, 'r1').peers.get(k.r2)!.endpoint!;
+    /** One trial in which a relayed datagram roams r1 back; then `rxAtEnd` bytes in all, the data plane at `direct`. */
+    const trialWithLateRelayDatagram = (rxAtEnd: number) => {
+      const memory: RelayClientMemory = new Map();
+      let now = 1_000_000;
+      const step = (rx: number, endpoint: string, previous?: Map<string, { endpoint: string; via: string }>) =>
+        decideRelays(clientInput(nodes, 'r1', { unreachable: new Set([k.r2]), nowWallMs: now, retryMs: 60_000, device: new Map([[k.r2, { endpoint, rxBytes: rx }]]) }), memory, previous);
+      const first = step(0, '');
+      const relayEndpoint = first.routes.get(k.r2)!.endpoint;
+      assert.equal(first.directNow.size, 0, 'relayed: nothing direct to write');
+      now += 60_000;
+      const trial = step(100, relayEndpoint, first.routes);
+      assert.deepEqual(trial.events.map((e) => e.kind), ['direct-trial']);
+      assert.deepEqual([...trial.directNow], [k.r2], 'a trial starts: written, with a packet');
+      now += 2000;
+      assert.equal(step(150, direct, trial.routes).directNow.size, 0, 'still at the direct endpoint: nothing to write again');
+      now += 2000;
+      // A keepalive the peer sent through the relay before its own switch lands: the data plane roamed back.
+      const roamedBack = step(180, relayEndpoint, trial.routes);
+      assert.deepEqual(roamedBack.events, [], 'the trial goes on');
+      assert.deepEqual([...roamedBack.directNow], [k.r2], 'direct is written again');
+      assert.equal(roamedBack.routes.has(k.r2), false, 'and not the relay');
+      now += 7000;
+      return step(rxAtEnd, direct, trial.routes).events.map((e) => e.kind);
+    };
+    // The 180 bytes came through the relay; nothing since: failed.
+    assert.deepEqual(trialWithLateRelayDatagram(180), ['direct-trial-failed', 'relayed']);
+    // The peer's packets came directly after the rewrite: it leaves the relay.
+    assert.deepEqual(trialWithLateRelayDatagram(260), ['direct-again']);
+  });
+
   test('a relay that stops answering drops out of the candidates, and the pair moves to the other relay', () => {
     const memory: LivenessMemory = new Map();
     let now = 100_000;
