@@ -379,8 +379,8 @@ class Session {
   /** With opening: the port the reader learns of new session state from, and the unsubscribe. */
   sessionsPort: MessagePort | undefined;
   stopSharing: (() => void) | undefined;
-  /** The reader's own TUN descriptor (-1: none), closed once it has stopped. */
-  tunFd = -1;
+  /** The reader's own TUN descriptors (one per queue; none without a TUN), closed once it has stopped. */
+  tunFds: number[] = [];
 
   constructor(
     readonly fd4: number,
@@ -772,7 +772,7 @@ export class FfiUdpBind implements Bind, Liveness {
       session.stopSharing = shared.stop;
       // With a TUN to write to, the reader delivers what it may itself (through its own descriptor, closed with the session).
       const tun = opening.routes !== undefined ? opening.tunWriter?.() : undefined;
-      session.tunFd = tun?.fd ?? -1;
+      session.tunFds = tun?.fds ?? [];
       config.opening = { selection: { ...opening.selection }, sessions: shared.init, port: port2, tun };
     }
     const entry = new URL(`./udp-reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
@@ -875,7 +875,8 @@ export class FfiUdpBind implements Bind, Liveness {
     libc.close(session.wakeFd);
     session.stopSharing?.();
     session.sessionsPort?.close();
-    if (session.tunFd >= 0) libc.close(session.tunFd);
+    for (const fd of session.tunFds) libc.close(fd);
+    session.tunFds = [];
     this.stats.detach();
     settleWaits(header); // a pending wait for data, and ready()
     if (previous !== STATE_BOOTING) await session.exited; // a stopped reader ends at once

@@ -281,7 +281,7 @@ async function openerFor(config: UdpReaderConfig, libc: Promise<Libc>): Promise<
     const sessions = new SharedSessionsView(opening.sessions, () => receiveMessageOnPort(port)?.message as SharedSessionsMessage | undefined);
     const tun = opening.tun;
     if (tun === undefined) return { opener: new TransportOpener(aead, sessions.chunkAt, sessions.indices), sessions };
-    const writer = new TunPacketWriter(await libc, tun.fd, tun.vnetHeader, tun.offloads);
+    const writer = new TunPacketWriter(await libc, tun.fds, tun.vnetHeader, tun.offloads);
     const header = new Int32Array(config.buffer);
     return { sessions, opener: new TransportOpener(aead, sessions.chunkAt, sessions.indices, {
       routes: () => sessions.routes(),

@@ -17,7 +17,7 @@ import { Device } from './device.ts';
 export interface DaemonOptions {
   ifname: string;
   logLevel: LogLevel;
-  /** Crypto worker threads (0 = main thread). */
+  /** Data threads: TUN queues, each read, sealed and sent by its own thread, and crypto workers (0 = one queue, main-thread crypto). */
   threads?: number;
   mtu?: number;
   /** Control socket directory (tests); default /var/run/wireguard. */
@@ -41,12 +41,14 @@ export async function runDaemon(options: DaemonOptions): Promise<number> {
   const log = createLogger(options.logLevel, options.ifname);
   const crypto = await selectCrypto(cryptoSelection(settings));
   log.verbose(`crypto providers: ${Object.entries(crypto.providers).map(([g, p]) => `${g}=${p}`).join(', ')}`);
-  const tun = await openTun(options.ifname, { mtu: options.mtu ?? DEFAULT_MTU, offload: settings.tunOffload });
+  const threads = options.threads ?? defaultThreads();
+  // One TUN queue (a reader that seals and sends) per data thread.
+  const tun = await openTun(options.ifname, { mtu: options.mtu ?? DEFAULT_MTU, offload: settings.tunOffload, queues: Math.max(1, threads) });
   const timings = settings.testTimings;
   if (timings) log.error(`TEST TIMERS IN USE (not for production): ${JSON.stringify(timings)}`);
   const device = new Device({
     tun, bind: new FfiUdpBind({ offload: settings.udpOffload }), crypto, logger: log,
-    threads: options.threads ?? defaultThreads(), timings, cryptoSelection: cryptoSelection(settings),
+    threads, timings, cryptoSelection: cryptoSelection(settings),
   });
 
   let uapi: UapiServer | undefined;

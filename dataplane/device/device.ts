@@ -283,6 +283,7 @@ export class Device {
       pipelineStalls,
       pipelineStalledMs: Math.round(pipelineStalledMs),
       workerRestarts: typeof restarts === 'number' ? restarts : 0,
+      tunQueueReads: this.tun.readPerQueue,
       peers,
     };
   }

@@ -104,6 +104,8 @@ export const IFF_TUN = 0x0001;
 export const IFF_NO_PI = 0x1000;
 /** Every read and write starts with a struct virtio_net_hdr (tun/offload.ts). */
 export const IFF_VNET_HDR = 0x4000;
+/** One descriptor per queue (TUNSETIFF on several fds with one name): the kernel spreads flows over them. */
+export const IFF_MULTI_QUEUE = 0x0100;
 /** `_IOW('T', 208, unsigned int)`: the offloads the reader accepts; the argument is the value itself. */
 export const TUNSETOFFLOAD = 0x400454d0;
 export const TUN_F_CSUM = 0x01;

@@ -1,18 +1,24 @@
 /**
- * Writing IP packets to a TUN descriptor, in the device's format: with a virtio-net header before
- * each write when the descriptor has IFF_VNET_HDR, and, when the kernel took TSO, the TCP packets
- * of one flow coalesced into one super-packet (offload.ts). LinuxTun writes through one of these
- * on the main thread, the UDP reader thread through its own (on its own dup of the descriptor:
+ * Writing IP packets to a TUN device, in the device's format: with a virtio-net header before
+ * each write when the descriptors have IFF_VNET_HDR, and, when the kernel took TSO, the TCP
+ * packets of one flow coalesced into one super-packet (offload.ts). Each write goes through the
+ * descriptor of the queue its flow belongs to (flow-queue.ts), which keeps the flow's packets in
+ * the other direction on that queue's reader. LinuxTun writes through one of these on the main
+ * thread, the UDP reader thread through its own (on its own dups of the descriptors:
  * docs/data-workers.md step 2b); each keeps its own scratch buffers, so neither waits for the other.
  */
 import type { Libc } from '../sys/libc.ts';
+import { flowQueue } from './flow-queue.ts';
 import { MAX_COALESCED, VNET_HDR_SIZE, coalesceAndWrite } from './offload.ts';
 
 export class TunPacketWriter {
   private buffer: Uint8Array | undefined;
   private done = new Uint8Array(256);
 
-  constructor(private readonly libc: Libc, private readonly fd: number, private readonly vnetHeader: boolean, private readonly offloads: number) {}
+  /** `fds`: one descriptor per queue of the device, in queue order. */
+  constructor(private readonly libc: Libc, private readonly fds: readonly number[], private readonly vnetHeader: boolean, private readonly offloads: number) {
+    if (fds.length === 0) throw new RangeError('a TUN writer needs at least one descriptor');
+  }
 
   /** Writes the first `count` packets; returns how many the kernel took (each coalesced segment counts). Never throws for a refused packet. */
   write(packets: readonly Uint8Array[], count: number): number {
@@ -20,7 +26,8 @@ export class TunPacketWriter {
       let written = 0;
       for (let i = 0; i < count; i++) {
         const packet = packets[i];
-        if (packet.length > 0 && this.libc.write(this.fd, packet, packet.length) === packet.length) written++;
+        const fd = this.fds[flowQueue(packet, 0, packet.length, this.fds.length)];
+        if (packet.length > 0 && this.libc.write(fd, packet, packet.length) === packet.length) written++;
       }
       return written;
     }
@@ -32,8 +39,12 @@ export class TunPacketWriter {
       : this.writeEach(packets, count, buffer);
   }
 
-  /** One write(2) of `length` bytes of `buffer` (a vnet header, then the packet). */
-  private readonly writeOne = (buffer: Uint8Array, length: number): boolean => this.libc.write(this.fd, buffer, length) === length;
+  /** One write(2) of `length` bytes of `buffer` (a vnet header, then the packet), through its flow's queue. */
+  private readonly writeOne = (buffer: Uint8Array, length: number): boolean => {
+    const fds = this.fds;
+    const fd = fds.length === 1 ? fds[0] : fds[flowQueue(buffer, VNET_HDR_SIZE, length - VNET_HDR_SIZE, fds.length)];
+    return this.libc.write(fd, buffer, length) === length;
+  };
 
   /** Each packet alone, behind an empty vnet header (GSO_NONE, checksum complete). */
   private writeEach(packets: readonly Uint8Array[], count: number, buffer: Uint8Array): number {

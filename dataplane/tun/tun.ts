@@ -30,8 +30,8 @@ export interface TunStats {
 
 /** What another thread needs to write packets to the device itself (Tun.threadWriter). */
 export interface TunThreadWriter {
-  /** A descriptor of its own (dup): the receiver closes it when done, whatever the Tun does meanwhile. */
-  fd: number;
+  /** Descriptors of its own (dups), one per queue in queue order: the receiver closes them when done, whatever the Tun does meanwhile. */
+  fds: number[];
   /** Each write starts with a virtio-net header (IFF_VNET_HDR). */
   vnetHeader: boolean;
   /** The TUN_F_* offloads the kernel accepted (0 = none): with TSO, TCP packets may be written coalesced. */
@@ -102,7 +102,7 @@ export interface Tun {
    * counts every packet as an error.
    */
   write(packets: Uint8Array[], count: number): void;
-  /** Optional: a descriptor and the write format for another thread that writes packets itself (undefined once closed). */
+  /** Optional: descriptors and the write format for another thread that writes packets itself (undefined once closed). */
   threadWriter?(): TunThreadWriter | undefined;
   /**
    * `handler` runs once when the interface disappears (`ip link del`) or reading fails for good,
@@ -110,6 +110,8 @@ export interface Tun {
    * registered after the fact runs on the next tick.
    */
   onClose(handler: () => void): void;
+  /** Optional: packets each queue's reader took from the kernel, in queue order (LinuxTun). */
+  readonly readPerQueue?: number[];
   /** Stops reading and releases the device (the interface goes away unless it is persistent). Idempotent. */
   close(): void;
   readonly stats: TunStats;
@@ -125,6 +127,11 @@ export interface OpenTunOptions {
    * ROAMGUARD_TUN_OFFLOAD, dataplane/settings.ts).
    */
   offload?: boolean;
+  /**
+   * Queues (IFF_MULTI_QUEUE), each read, sealed and sent by its own thread; the kernel keeps a
+   * flow on one. Default 1. A device that cannot be multi-queue gets one.
+   */
+  queues?: number;
 }
 
 /** Maximum interface name length (IFNAMSIZ - 1). */

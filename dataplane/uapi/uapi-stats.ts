@@ -82,6 +82,8 @@ export interface DeviceStats {
   pipelineStalledMs?: number;
   /** Crypto workers replaced after they died or wedged. */
   workerRestarts?: number;
+  /** Packets each TUN queue's reader took from the kernel, in queue order (absent: an older daemon, or a TUN without queues). */
+  tunQueueReads?: number[];
   peers: PeerStats[];
 }
 
@@ -108,6 +110,7 @@ export function formatStatsResponse(stats: DeviceStats): string {
   if (stats.pipelineStalls !== undefined) out.push(`pipeline_stalls=${counter(stats.pipelineStalls)}`);
   if (stats.pipelineStalledMs !== undefined) out.push(`pipeline_stalled_ms=${counter(stats.pipelineStalledMs)}`);
   if (stats.workerRestarts !== undefined) out.push(`worker_restarts=${counter(stats.workerRestarts)}`);
+  if (stats.tunQueueReads !== undefined && stats.tunQueueReads.length > 0) out.push(`tun_queue_reads=${stats.tunQueueReads.map(counter).join(',')}`);
   for (const peer of stats.peers) {
     out.push(
       `public_key=${keyToHex(peer.publicKey)}`,
@@ -176,6 +179,7 @@ export function parseStatsResponse(text: string): StatsParseResult {
         else if (key === 'pipeline_stalls') stats.pipelineStalls = unsigned(key, value);
         else if (key === 'pipeline_stalled_ms') stats.pipelineStalledMs = unsigned(key, value);
         else if (key === 'worker_restarts') stats.workerRestarts = unsigned(key, value);
+        else if (key === 'tun_queue_reads') stats.tunQueueReads = value.split(',').map((v) => unsigned(key, v));
         continue;
       }
       switch (key) {

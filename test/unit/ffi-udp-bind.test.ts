@@ -647,7 +647,7 @@ describe('FfiUdpBind opening transport messages in its reader thread', () => {
     const bind = new FfiUdpBind();
     bind.openTransport({
       keypairs, indices, aead: crypto, selection: {}, routes: new PublishedRoutes(table, (peer) => peer), sendTable,
-      tunWriter: () => ({ fd: libc.dup(tunFd), vnetHeader: false, offloads: 0 }),
+      tunWriter: () => ({ fds: [libc.dup(tunFd)], vnetHeader: false, offloads: 0 }),
     });
     const got: Array<{ outcome: number }> = [];
     bind.onReceive((_data, _source, outcome) => got.push({ outcome: outcome.outcome }));

@@ -35,6 +35,7 @@ function sampleStats(): DeviceStats {
   return {
     version: 1, workerThreads: 2, workerQueueDepth: 3,
     drops: { 'bad-mac1': 4, replay: 0, 'allowed-ips-mismatch': 9 },
+    tunQueueReads: [12, 0, 2 ** 40],
     peers: [
       { publicKey: KEY_A, rxBytes: 100, txBytes: 2 ** 53 - 1, handshakeAttempts: 5, handshakesCompleted: 2, handshakeFailures: 3, handshakePending: true, endpointChanges: 7, stagedPackets: 1 },
       { publicKey: KEY_B, rxBytes: 0, txBytes: 0, handshakeAttempts: 0, handshakesCompleted: 0, handshakeFailures: 0, handshakePending: false, endpointChanges: 0, stagedPackets: 0 },
@@ -66,6 +67,8 @@ describe('stats text format', () => {
     assert.deepEqual(refused.ok ? 'ok' : refused.errno, -22);
     assert.equal(parseStatsResponse('stats_version=1\n').ok, false);
     assert.equal(parseStatsResponse('worker_threads=-1\nerrno=0\n\n').ok, false);
+    assert.equal(parseStatsResponse('tun_queue_reads=1,,2\nerrno=0\n\n').ok, false, 'an empty queue counter');
+    assert.equal(parseStatsResponse('tun_queue_reads=1,-2\nerrno=0\n\n').ok, false);
     assert.equal(parseStatsResponse(`public_key=${keyToHex(KEY_A)}\nhandshake_pending=yes\nerrno=0\n\n`).ok, false);
     assert.equal(parseStatsResponse('public_key=abcd\nerrno=0\n\n').ok, false);
     assert.equal(parseStatsResponse('rx_bytes=99999999999999999999\nerrno=0\n\n').ok, true, 'device-level unknown key ignored');
