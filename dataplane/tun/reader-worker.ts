@@ -19,9 +19,11 @@
  * With `sending` (docs/data-workers.md step 3) the packets of one round of reads are first offered
  * to the ReaderSender (reader-sender.ts), which seals and sends those it may in place and writes
  * each slot's record; only then are the slots published. A round the sender took whole leaves
- * only books for the main thread, so it is published without ringing (publishQuietly) unless a
- * quarter of the ring waits: the main thread takes them at its next wake-up or its wait's
- * backstop. Packets lie PACKET_OFFSET bytes into their slots (ring.ts), room for the header.
+ * only books for the main thread: they go to a shared table (sent-books.ts) and the round's slots
+ * are used again at once. Where the table is busy or full, the round is published with its
+ * records instead, without ringing (publishQuietly) unless a quarter of the ring waits: the main
+ * thread takes them at its next wake-up or its wait's backstop, as it takes the table. Packets lie
+ * PACKET_OFFSET bytes into their slots (ring.ts), room for the header.
  *
  * When the interface is deleted the kernel detaches the fd: poll reports POLLERR and read fails
  * with EBADFD. The worker then sets DEVICE_GONE, answers STOPPED and ends.
@@ -36,6 +38,7 @@ import {
   READ_SEQ, WRITE_SEQ, awaitRoom, beginRunning, finishWorker, publish, publishQuietly, ringFull, seqAdd, seqDistance } from '../ring/shared-ring.ts';
 import { selectAead, type SelectOptions } from '../crypto/select.ts';
 import { ReaderSender, type ReaderSendingConfig } from './reader-sender.ts';
+import { SentBooks } from './sent-books.ts';
 import { VNET_READ_SIZE, wordsOf } from './offload.ts';
 import { VNET_READ_REFUSED, VNET_READ_STOPPED, VnetReader, type SlotSink } from './vnet-read.ts';
 
@@ -54,6 +57,8 @@ export interface ReaderConfig {
   vnetHeader?: boolean;
   /** Seal and send what it may itself (reader-sender.ts), with the AEAD `selection` picks. */
   sending?: ReaderSendingConfig & { selection: Pick<SelectOptions, 'only' | 'libsodium'> };
+  /** With `sending`: where the books of rounds sent whole go (sent-books.ts; SENT_BOOKS_BYTES). */
+  books?: SharedArrayBuffer;
 }
 
 /** Packets read before the round is offered to the sender and published: a bound on the first one's wait. */
@@ -87,6 +92,7 @@ function readLoop(libc: Libc, config: ReaderConfig, sender: ReaderSender | undef
   poll32[2] = wakeFd;
   poll16[6] = POLLIN;
 
+  const books = config.books !== undefined ? new SentBooks(config.books) : undefined;
   const wakeBytes = new Uint8Array(8);
   let write = Atomics.load(header, WRITE_SEQ);
   /** The first slot of the round not yet published. */
@@ -108,6 +114,11 @@ function readLoop(libc: Libc, config: ReaderConfig, sender: ReaderSender | undef
         Atomics.add(header, SEND_ERRORS, sender.sendErrors);
         sender.sendErrors = 0;
       }
+    }
+    // Sent whole: the books go to the shared table and the slots are used again at once.
+    if (handled && books !== undefined && books.tryAdd(records, roundStart & mask, count, mask)) {
+      write = roundStart;
+      return;
     }
     roundStart = write;
     // Only books for the main thread: they wait for its next look, unless a quarter of the ring does.

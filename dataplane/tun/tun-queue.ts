@@ -7,8 +7,9 @@
  *
  * The main thread waits on the ring with Atomics.waitAsync (the wait ends after a backstop too, a
  * lost notify costs no more than that) and hands every ready slot to the handler as one batch, as
- * views into the ring (no copy): first the books of what the reader sent itself, per run of one
- * outcome to one peer, then the packets it left. A watchdog notices a ring the main thread stopped
+ * views into the ring (no copy): first the books of what the reader sent itself (from the shared
+ * table of sent-books.ts, then from the ring's records), per run of one outcome to one peer, then
+ * the packets it left. A watchdog notices a ring the main thread stopped
  * taking from and recovers it.
  */
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
@@ -20,6 +21,7 @@ import { DEFAULT_SLOTS, DEVICE_GONE, PACKET_OFFSET, READ_ERRORS, SENDER_FAILED, 
 import { LEFT, NO_ROOM, RECORD_INTS, R_LENGTH, R_OUTCOME, R_PEER } from '../session/transport-sealer.ts';
 import { shareSessions } from '../session/shared-sessions.ts';
 import type { ReaderSendingConfig, SenderMessage } from './reader-sender.ts';
+import { SENT_BOOKS_BYTES, SentBooks } from './sent-books.ts';
 import {
   CONSUMER_WAITING, LAST_ERRNO, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, WRITE_SEQ, awaitStopped, release, requestStop, seqAdd, seqDistance,
 } from '../ring/shared-ring.ts';
@@ -58,6 +60,9 @@ export class TunQueue {
   read = 0;
   private readonly ring: RingViews;
   private readonly buffer: SharedArrayBuffer;
+  /** The books of rounds the reader sent whole (sent-books.ts), taken at each pump. */
+  private readonly booksBuffer = new SharedArrayBuffer(SENT_BOOKS_BYTES);
+  private readonly books = new SentBooks(this.booksBuffer);
   private readonly packets: Uint8Array[] = [];
   private readonly ringWatch: StallWatch;
   private ringTimer: ReturnType<typeof setInterval> | undefined;
@@ -111,7 +116,10 @@ export class TunQueue {
     this.wakeFd = wakeFd;
     const config: ReaderConfig = { fd: this.fd, wakeFd, buffer: this.buffer, slots: DEFAULT_SLOTS, slotSize: SLOT_SIZE, vnetHeader };
     const transfer: MessagePort[] = [];
-    if (sending !== undefined) config.sending = this.feedSending(sending, transfer);
+    if (sending !== undefined) {
+      config.sending = this.feedSending(sending, transfer);
+      config.books = this.booksBuffer;
+    }
     const entry = new URL(`./reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
     const worker = startWorker(entry, { ...config }, transfer);
     this.worker = worker;
@@ -268,6 +276,7 @@ export class TunQueue {
     this.pumpScheduled = false;
     if (this.stopped) return;
     const { header, lengths, records, data } = this.ring;
+    if (this.owner.onSent !== undefined) this.books.tryDrain(this.keepBooks);
     const write = Atomics.load(header, WRITE_SEQ);
     let seq = this.readSeq;
     const count = seqDistance(write, seq);
@@ -313,7 +322,7 @@ export class TunQueue {
     this.waitForPackets();
   };
 
-  private keepBooks(peer: number, outcome: number, datagrams: number, bytes: number): void {
+  private readonly keepBooks = (peer: number, outcome: number, datagrams: number, bytes: number): void => {
     this.read += datagrams;
     this.owner.countRead(datagrams);
     try {
@@ -321,7 +330,7 @@ export class TunQueue {
     } catch (err) {
       queueMicrotask(() => { throw err; });
     }
-  }
+  };
 
   /** Calls the handler; returns what it threw, if anything. */
   private deliver(packets: Uint8Array[], count: number): unknown {
