@@ -193,8 +193,10 @@ export async function startSubject(scope: Scope, topo: PairTopology, spec: Subje
   if (spec.kind === 'roamguard') {
     const log = a.process.stderr + a.process.stdout;
     const providers = /crypto providers: (.*)/.exec(log)?.[1];
+    const queues = /TUN queues (\d+)/.exec(log)?.[1];
     const threads = /crypto threads (\d+)/.exec(log)?.[1];
     if (providers) info.crypto = providers.trim();
+    if (queues) info['TUN queues'] = queues;
     if (threads) info['crypto threads'] = threads;
   }
   return { target: INNER.b, processes: [a, b], info };

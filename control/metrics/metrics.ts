@@ -82,7 +82,7 @@ export const METRIC_HELP: Record<string, string> = {
   roamguard_dataplane_counters_available: '1 when the data plane answers roamguard\'s counters (0 for wireguard-go)',
   roamguard_dataplane_peers: 'peers configured in the data plane',
   roamguard_dataplane_dropped_packets_total: 'packets the data plane dropped, by reason',
-  roamguard_dataplane_worker_threads: 'crypto worker threads of the data plane (0 = main thread)',
+  roamguard_dataplane_worker_threads: 'threads of the data plane that seal (its TUN readers, one per queue; 0 = main thread)',
   roamguard_dataplane_worker_queue_depth: 'batches waiting for a crypto worker',
   roamguard_peer_receive_bytes_total: 'bytes received from the peer (as wg show reports)',
   roamguard_peer_transmit_bytes_total: 'bytes sent to the peer (as wg show reports)',

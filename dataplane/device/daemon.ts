@@ -17,7 +17,7 @@ import { Device } from './device.ts';
 export interface DaemonOptions {
   ifname: string;
   logLevel: LogLevel;
-  /** Data threads: TUN queues, each read, sealed and sent by its own thread, and crypto workers (0 = one queue, main-thread crypto). */
+  /** Data threads: TUN queues, each read, sealed and sent by its own thread (0 = one queue). */
   threads?: number;
   mtu?: number;
   /** Control socket directory (tests); default /var/run/wireguard. */
@@ -28,7 +28,7 @@ export interface DaemonOptions {
   settings: DataplaneSettings;
 }
 
-/** The default number of crypto worker threads: one per core, none on a single-core host. */
+/** The default number of data threads (TUN queues): one per core, one queue on a single-core host. */
 export function defaultThreads(): number {
   const cores = availableParallelism();
   return cores > 1 ? cores : 0;
@@ -41,14 +41,17 @@ export async function runDaemon(options: DaemonOptions): Promise<number> {
   const log = createLogger(options.logLevel, options.ifname);
   const crypto = await selectCrypto(cryptoSelection(settings));
   log.verbose(`crypto providers: ${Object.entries(crypto.providers).map(([g, p]) => `${g}=${p}`).join(', ')}`);
+  // One TUN queue per data thread: its reader seals and sends what it reads (tun/tun-queue.ts).
+  // What a reader leaves to the main thread (no session yet, staged packets, a keypair's last
+  // second, a reader without an AEAD provider) takes the core's single-packet path: rare enough
+  // that a crypto pool, with its threads and memory, no longer pays (docs/data-workers.md step 4).
   const threads = options.threads ?? defaultThreads();
-  // One TUN queue (a reader that seals and sends) per data thread.
   const tun = await openTun(options.ifname, { mtu: options.mtu ?? DEFAULT_MTU, offload: settings.tunOffload, queues: Math.max(1, threads) });
   const timings = settings.testTimings;
   if (timings) log.error(`TEST TIMERS IN USE (not for production): ${JSON.stringify(timings)}`);
   const device = new Device({
     tun, bind: new FfiUdpBind({ offload: settings.udpOffload }), crypto, logger: log,
-    threads, timings, cryptoSelection: cryptoSelection(settings),
+    threads: 0, timings, cryptoSelection: cryptoSelection(settings),
   });
 
   let uapi: UapiServer | undefined;

@@ -198,7 +198,7 @@ export class Device {
     this.tun.start((packets, count) => { bind.takeReceived?.(); send(packets, count); });
     this.ticker = setInterval(() => this.core.tick(), TICK_INTERVAL_MS);
     this.threadsRunning = Promise.all([this.pool?.ready, this.bind.ready?.(), this.tun.ready?.()]).then(() => {
-      this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, crypto threads ${this.pool?.threads ?? 0}`);
+      this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, TUN queues ${this.tun.readPerQueue?.length ?? 1}, crypto threads ${this.pool?.threads ?? 0}`);
       if (this.bind.openerFailed === true) {
         // Still correct (the core opens what the reader leaves), but every packet costs the main thread.
         this.logger.error('the UDP reader thread could not load an AEAD provider: received packets are opened on the main thread');
@@ -277,7 +277,8 @@ export class Device {
     const restarts = (this.queuedPool as { readonly restarts?: unknown } | undefined)?.restarts;
     return {
       version: STATS_VERSION,
-      workerThreads: this.pool?.threads ?? 0,
+      // The threads that seal: the crypto pool's, or else the TUN's readers (one per queue).
+      workerThreads: this.pool?.threads ?? this.tun.readPerQueue?.length ?? 0,
       workerQueueDepth: typeof depth === 'number' && depth > 0 ? depth : 0,
       drops,
       pipelineStalls,

@@ -70,7 +70,7 @@ export interface PeerStats {
 
 export interface DeviceStats {
   version: number;
-  /** Crypto worker threads (0 = everything on the main thread). */
+  /** Threads that seal: crypto workers where there is a pool, else the TUN's reader threads (0 = the main thread). */
   workerThreads: number;
   /** Batches queued for a crypto worker, not yet running. */
   workerQueueDepth: number;

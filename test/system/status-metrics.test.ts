@@ -189,7 +189,7 @@ describe('roamguard status and metrics against a real data plane', { timeout: 12
     const text = await httpGet(server.port, '/metrics');
     assert.match(text, /^roamguard_dataplane_up 1$/m);
     assert.match(text, /^roamguard_dataplane_counters_available 1$/m);
-    assert.match(text, /^roamguard_dataplane_worker_threads 0$/m);
+    assert.match(text, /^roamguard_dataplane_worker_threads 1$/m, '--threads 0: one TUN queue, whose reader seals');
     assert.match(text, new RegExp(`^roamguard_peer_receive_bytes_total\\{${labels.replace(/[+/]/g, '\\$&')}\\} [1-9]\\d*$`, 'm'));
     assert.match(text, /^roamguard_peer_handshakes_total\{[^}]*\} [1-9]/m);
     assert.match(text, /^roamguard_peer_state\{[^}]*state="connected"\} 1$/m);
