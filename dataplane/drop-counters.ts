@@ -17,15 +17,8 @@ export const DROP_REASONS = [
   'keypair-retired',
   // Outbound
   'no-route', 'no-endpoint', 'staged-overflow', 'handshake-gave-up', 'packet-too-large',
-  // A packet queued for a keypair that was retired before it was sealed or sent
-  'sending-keypair-retired',
-  // Either way
-  'crypto-worker-failed',
   // The floor under the keypair rule: sealing or opening with an all-zero key refused (session/transport.ts)
   'zero-key',
-  // A bounded queue between reading, crypto and writing was full (a peer's batches in flight, or
-  // every crypto worker's queue): dropped instead of held without limit.
-  'queue-full',
 ] as const;
 
 export type DropReason = typeof DROP_REASONS[number];

@@ -19,7 +19,7 @@ export interface AeadFigure {
   batchSealsPerSecond: number;
 }
 
-/** Packets per sealSlots call (a full PacketBatch: pool/packet-batch.ts's BATCH_CAPACITY). */
+/** Packets per sealSlots call (a full run of the TUN reader's sealer: transport-sealer.ts MAX_RUN). */
 export const BATCH_SLOTS = 64;
 
 /** MB/s (10^6 bytes of plaintext per second) of `opsPerSecond` operations on `size` bytes. */

@@ -83,7 +83,6 @@ export const METRIC_HELP: Record<string, string> = {
   roamguard_dataplane_peers: 'peers configured in the data plane',
   roamguard_dataplane_dropped_packets_total: 'packets the data plane dropped, by reason',
   roamguard_dataplane_worker_threads: 'threads of the data plane that seal (its TUN readers, one per queue; 0 = main thread)',
-  roamguard_dataplane_worker_queue_depth: 'batches waiting for a crypto worker',
   roamguard_peer_receive_bytes_total: 'bytes received from the peer (as wg show reports)',
   roamguard_peer_transmit_bytes_total: 'bytes sent to the peer (as wg show reports)',
   roamguard_peer_last_handshake_timestamp_seconds: 'Unix time of the last completed handshake (0 = never)',
@@ -151,7 +150,6 @@ export class AgentMetrics {
     gauge('roamguard_dataplane_peers');
     counter('roamguard_dataplane_dropped_packets_total', ['reason']);
     gauge('roamguard_dataplane_worker_threads');
-    gauge('roamguard_dataplane_worker_queue_depth');
     counter('roamguard_peer_receive_bytes_total', PEER);
     counter('roamguard_peer_transmit_bytes_total', PEER);
     gauge('roamguard_peer_last_handshake_timestamp_seconds', PEER);
@@ -329,7 +327,6 @@ export class AgentMetrics {
     if (stats) {
       for (const [reason, n] of Object.entries(stats.drops)) this.c('roamguard_dataplane_dropped_packets_total').inc({ reason }, n);
       this.g('roamguard_dataplane_worker_threads').set(stats.workerThreads);
-      this.g('roamguard_dataplane_worker_queue_depth').set(stats.workerQueueDepth);
     }
   }
 }

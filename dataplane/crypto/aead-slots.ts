@@ -1,7 +1,7 @@
 /**
  * ChaCha20-Poly1305 over a run of slots: many transport messages sealed or opened in one call
- * (what pool/batch-crypto.ts does to a batch). A provider may do it natively (openssl-ffi: one
- * foreign call per batch instead of one per packet); for the others `withSlots` adds the
+ * (what session/batch-seal.ts does to a run of packets). A provider may do it natively (openssl-ffi:
+ * one foreign call per run instead of one per packet); for the others `withSlots` adds the
  * reference form here, one seal or open per slot. The two forms must agree byte for byte
  * (test/unit/aead-slots.test.ts checks every provider against this one).
  *

@@ -42,16 +42,13 @@ export async function runDaemon(options: DaemonOptions): Promise<number> {
   const crypto = await selectCrypto(cryptoSelection(settings));
   log.verbose(`crypto providers: ${Object.entries(crypto.providers).map(([g, p]) => `${g}=${p}`).join(', ')}`);
   // One TUN queue per data thread: its reader seals and sends what it reads (tun/tun-queue.ts).
-  // What a reader leaves to the main thread (no session yet, staged packets, a keypair's last
-  // second, a reader without an AEAD provider) takes the core's single-packet path: rare enough
-  // that a crypto pool, with its threads and memory, no longer pays (docs/data-workers.md step 4).
   const threads = options.threads ?? defaultThreads();
   const tun = await openTun(options.ifname, { mtu: options.mtu ?? DEFAULT_MTU, offload: settings.tunOffload, queues: Math.max(1, threads) });
   const timings = settings.testTimings;
   if (timings) log.error(`TEST TIMERS IN USE (not for production): ${JSON.stringify(timings)}`);
   const device = new Device({
     tun, bind: new FfiUdpBind({ offload: settings.udpOffload }), crypto, logger: log,
-    threads: 0, timings, cryptoSelection: cryptoSelection(settings),
+    timings, cryptoSelection: cryptoSelection(settings),
   });
 
   let uapi: UapiServer | undefined;

@@ -1,16 +1,17 @@
 /**
- * Device: the protocol core wired to a TUN device, a UDP bind and a crypto pool.
+ * Device: the protocol core wired to a TUN device and a UDP bind.
  *
  *   TUN read, sealed and sent in the TUN's reader where the send table allows (reader-sender.ts)
- *     -> books to the core; the rest -> OutboundPipeline (send.ts) -> bind.send
+ *     -> books to the core; the rest -> the core's single-packet path (core.sendPacket) -> bind.send
  *   bind receive, opened (and delivered) in the bind's reader -> receive (receive.ts) -> TUN write
  *
- * With `threads: 0` there is no pool: outbound packets go through the core's single-threaded
- * path (core.sendPacket), which copies less and suits one-core hosts.
+ * What a TUN reader leaves to the main thread is rare: a peer without a session (staged until
+ * its handshake completes), packets staged ahead, a keypair in its last second, or a reader that
+ * could not load an AEAD provider.
  *
- * The device depends only on the narrow Tun, Bind and CryptoPool interfaces, so tests run it over
- * in-memory doubles. It also implements what the control socket needs beyond the core
- * (listen port, fwmark, and the counters of `get=roamguard-stats`: `stats()`).
+ * The device depends only on the narrow Tun and Bind interfaces, so tests run it over in-memory
+ * doubles. It also implements what the control socket needs beyond the core (listen port, fwmark,
+ * and the counters of `get=roamguard-stats`: `stats()`).
  */
 import { WireGuardCore } from '../core.ts';
 import { systemClock, type Clock } from '../clock.ts';
@@ -19,10 +20,7 @@ import type { Crypto } from '../crypto/primitives.ts';
 import type { Bind } from '../bind/bind.ts';
 import type { Tun } from '../tun/tun.ts';
 import { silentLogger, type Logger } from '../log.ts';
-import { SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../pool/crypto-pool.ts';
 import type { SelectOptions } from '../crypto/select.ts';
-import { BatchPool, slotSizeForMtu } from '../pool/packet-batch.ts';
-import { OutboundPipeline } from './send.ts';
 import { receive } from './receive.ts';
 import { PublishedRoutes } from '../allowedips/published-routes.ts';
 import { DROP_REASONS } from '../drop-counters.ts';
@@ -41,11 +39,7 @@ export interface DeviceOptions {
   logger?: Logger;
   /** Shortened protocol timers, for tests only. */
   timings?: Partial<Timings>;
-  /** Crypto worker threads; 0 = seal and open on the main thread. */
-  threads?: number;
-  /** A ready-made pool (tests); overrides `threads`. The caller closes it (close() does not). */
-  pool?: CryptoPool;
-  /** How the crypto workers pick their AEAD: as `crypto` was picked (ROAMGUARD_CRYPTO, ROAMGUARD_LIBSODIUM). */
+  /** How the reader threads pick their AEAD: as `crypto` was picked (ROAMGUARD_CRYPTO, ROAMGUARD_LIBSODIUM). */
   cryptoSelection?: Pick<SelectOptions, 'only' | 'libsodium'>;
 }
 
@@ -85,12 +79,7 @@ export class Device {
   private closed = false;
   /** Every thread running (open() starts waiting for it): running(). */
   private threadsRunning: Promise<void> | undefined;
-  readonly pool: CryptoPool | undefined;
-  private readonly givenPool: CryptoPool | undefined;
-  private readonly outbound: OutboundPipeline | undefined;
-  /** The pool whose queue `stats()` reports (the worker side of a split pool). */
-  private readonly queuedPool: { readonly queueDepth?: number } | undefined;
-  /** The watched hand-offs (crypto pool, TUN reader ring, UDP reader ring): their stalls are logged and counted. */
+  /** The watched hand-offs (TUN reader rings, UDP reader ring): their stalls are logged and counted. */
   private readonly watched: Liveness[] = [];
   /** Completed handshakes per peer (a removed and re-added peer starts again from zero, as its byte counters do). */
   private readonly handshakes = new WeakMap<Peer, { completed: number; asInitiator: number }>();
@@ -122,30 +111,10 @@ export class Device {
         },
       },
     });
-    this.givenPool = options.pool;
-    const threads = options.threads ?? 0;
-    const workers = options.pool === undefined && threads > 0
-      ? new WorkerCryptoPool(threads, {
-        crypto: options.cryptoSelection,
-        onWorkerLost: (message) => this.logger.error(`${message}; its batches were dropped (crypto-worker-failed) and a new worker started`),
-        onFatal: (err) => {
-          // No data plane without crypto workers: end the process (non-zero) so that its
-          // supervisor restarts it, instead of answering `wg show` while forwarding nothing.
-          this.logger.error(`${err.message}: exiting`);
-          queueMicrotask(() => { throw err; });
-        },
-      })
-      : undefined;
-    this.pool = options.pool ?? (workers ? new SplitCryptoPool(options.crypto, workers) : undefined);
-    this.queuedPool = workers ?? (options.pool as { readonly queueDepth?: number } | undefined);
-    for (const candidate of [this.queuedPool, this.tun.liveness, this.bind.liveness]) {
+    for (const candidate of [this.tun.liveness, this.bind.liveness]) {
       if (!isLiveness(candidate)) continue;
       candidate.onStall = (report) => this.logger.error(formatStall(report));
       this.watched.push(candidate);
-    }
-    if (this.pool) {
-      const batches = new BatchPool(slotSizeForMtu(Math.max(this.tun.mtu, 1500)));
-      this.outbound = new OutboundPipeline(this.core, this.bind, this.pool, batches);
     }
     // Transport messages are opened where they are received, and those of confirmed sessions
     // delivered there too (receive.ts); packets read from the TUN are sealed and sent where they
@@ -189,16 +158,16 @@ export class Device {
    */
   async open(listenPort = 0): Promise<void> {
     await this.bind.open(listenPort);
-    const outbound = this.outbound;
-    const send = outbound
-      ? (packets: Uint8Array[], count: number) => outbound.handle(packets, count)
-      : (packets: Uint8Array[], count: number) => { for (let i = 0; i < count; i++) this.core.sendPacket(packets[i]); };
     const bind = this.bind;
+    const core = this.core;
     // What was received is accounted for before anything is sent (Bind.takeReceived).
-    this.tun.start((packets, count) => { bind.takeReceived?.(); send(packets, count); });
+    this.tun.start((packets, count) => {
+      bind.takeReceived?.();
+      for (let i = 0; i < count; i++) core.sendPacket(packets[i]);
+    });
     this.ticker = setInterval(() => this.core.tick(), TICK_INTERVAL_MS);
-    this.threadsRunning = Promise.all([this.pool?.ready, this.bind.ready?.(), this.tun.ready?.()]).then(() => {
-      this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, TUN queues ${this.tun.readPerQueue?.length ?? 1}, crypto threads ${this.pool?.threads ?? 0}`);
+    this.threadsRunning = Promise.all([this.bind.ready?.(), this.tun.ready?.()]).then(() => {
+      this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, TUN queues ${this.tun.readPerQueue?.length ?? 1}`);
       if (this.bind.openerFailed === true) {
         // Still correct (the core opens what the reader leaves), but every packet costs the main thread.
         this.logger.error('the UDP reader thread could not load an AEAD provider: received packets are opened on the main thread');
@@ -267,23 +236,19 @@ export class Device {
         stagedPackets: peer.stagedCount,
       });
     }
-    const depth = this.queuedPool?.queueDepth;
     let pipelineStalls = 0;
     let pipelineStalledMs = 0;
     for (const w of this.watched) {
       pipelineStalls += w.stalls;
       pipelineStalledMs = Math.max(pipelineStalledMs, w.stalledMs);
     }
-    const restarts = (this.queuedPool as { readonly restarts?: unknown } | undefined)?.restarts;
     return {
       version: STATS_VERSION,
-      // The threads that seal: the crypto pool's, or else the TUN's readers (one per queue).
-      workerThreads: this.pool?.threads ?? this.tun.readPerQueue?.length ?? 0,
-      workerQueueDepth: typeof depth === 'number' && depth > 0 ? depth : 0,
+      // The threads that seal: the TUN's readers, one per queue (0: a TUN without a reader thread).
+      workerThreads: this.tun.readPerQueue?.length ?? 0,
       drops,
       pipelineStalls,
       pipelineStalledMs: Math.round(pipelineStalledMs),
-      workerRestarts: typeof restarts === 'number' ? restarts : 0,
       tunQueueReads: this.tun.readPerQueue,
       peers,
     };
@@ -299,7 +264,5 @@ export class Device {
     for (const peer of [...this.core.peers]) this.core.removePeer(peer.publicKey);
     this.tun.close();
     await this.bind.close();
-    // A pool passed in (options.pool) belongs to the caller, who may share it between devices.
-    if (this.pool !== undefined && this.pool !== this.givenPool) await this.pool.close();
   }
 }

@@ -1,10 +1,10 @@
 /**
  * The main thread's side of the doorbell (shared-ring.ts): it cannot block, so it raises the
  * waiting flag and parks an Atomics.waitAsync on the counter a worker advances: a reader ring's
- * WRITE_SEQ, or the crypto pool's DONE.
+ * WRITE_SEQ.
  *
  * The backstop. The runtimes sometimes never resolve an Atomics.waitAsync promise that a notify
- * woke: Bun 1.4.5 in 4 of 10 runs of the crypto-ring stress test (test/unit/handoff-stress.test.ts:
+ * woke: Bun 1.4.5 in 4 of 10 runs of the stress test of the crypto pool's task rings (since removed:
  * the main thread parked for good with completions waiting, the field's "queue depth frozen,
  * nothing logged" stall), Node 20 once in a clean-clone run of the TUN-ring stress test
  * (ring-stress.test.ts). So every such wait also ends after a short timeout and the caller looks

@@ -1,8 +1,7 @@
 /**
  * The single-producer, single-consumer ring protocol that every thread hand-off of the data plane
- * uses: the TUN reader and the UDP reader (worker -> main thread, tun/ring.ts, bind/udp-ring.ts)
- * and the crypto task rings (main thread -> worker, pool/task-ring.ts). Those modules keep only
- * their payload layout; the header words below, the sequence arithmetic, the wake-ups and the
+ * uses: the TUN readers and the UDP reader (worker -> main thread, tun/ring.ts, bind/udp-ring.ts).
+ * Those modules keep only their payload layout; the header words below, the sequence arithmetic, the wake-ups and the
  * worker's life cycle are here, once. The main thread's asynchronous wait is in ring-wait.ts.
  *
  * A ring is a SharedArrayBuffer (or several) whose first RING_HEADER_INTS int32 words are the
@@ -24,13 +23,13 @@
  *   JSC alike, before they park).
  * One of them sees the other's store: either the consumer does not park, or the producer sees
  * the flag and notifies. Only the exchange that took the flag from 1 to 0 notifies, so of several
- * producers signalling one counter (the crypto workers' DONE) one notifies, and a stale flag
- * costs a spurious wake-up only. The same holds whether the consumer is a worker blocking in
- * Atomics.wait (awaitPublished) or the main thread in Atomics.waitAsync (ring-wait.ts).
- * test/unit/shared-ring.test.ts shows a skipped notify is caught; handoff-stress.test.ts and
- * ring-stress.test.ts drive 10^6 items through the real rings with random pauses on both sides.
+ * producers signalling one counter one notifies, and a stale flag
+ * costs a spurious wake-up only. The consumer is the main thread, in Atomics.waitAsync
+ * (ring-wait.ts).
+ * test/unit/shared-ring.test.ts shows a skipped notify is caught;
+ * ring-stress.test.ts drives 6 × 10^5 items through the real rings with random pauses on both sides.
  * The runtimes themselves drop a wake-up now and then, which is why the main thread's waits
- * (ring-wait.ts) and a worker's wait for items (CONSUMER_WAIT_BACKSTOP_MS) have a backstop, and
+ * (ring-wait.ts) have a backstop, and
  * the watchdog (dataplane/watchdog.ts) is the second line of defence for what an engine or a
  * future change might still lose.
  *
@@ -69,15 +68,6 @@ export const STATE_STOPPED = 3;
 
 /** The longest a producer waits for room before it looks at STATE again. */
 export const ROOM_WAIT_MS = 1000;
-/**
- * The backstop of a consumer thread's wait for items (awaitPublished). A clean-clone CI run, and
- * 2 of 25 local runs of the crypto-ring stress test beside two busy loops, found a crypto worker
- * with 255 tasks in its ring and its doorbell rung (the flag swapped to 0), not taking them for
- * 3 s; the runtime had dropped the wake-up (or the test's pause wait, since a spin, never
- * returned). As the main thread's waits do (ring-wait.ts), the worker's wait ends after this
- * and looks again; a wait that ends so with items waiting and the doorbell rung is counted.
- */
-export const CONSUMER_WAIT_BACKSTOP_MS = 250;
 /** Between looks at STATE while the main thread waits for a worker to stop. */
 const STOP_POLL_MS = 20;
 
@@ -141,32 +131,10 @@ export function awaitRoom(header: Int32Array, write: number, slots: number): boo
 
 // --- the consumer ----------------------------------------------------------------------------------
 
-/** Records that the slots before `read` were taken, for a producer that never waits for room. */
-export function markConsumed(header: Int32Array, read: number): void {
-  Atomics.store(header, READ_SEQ, read);
-}
-
 /** Hands the slots before `read` back to the producer, waking it if it waits for room. */
 export function release(header: Int32Array, read: number): void {
   Atomics.store(header, READ_SEQ, read);
   Atomics.notify(header, READ_SEQ);
-}
-
-/**
- * A consumer thread's sleep (Atomics.wait) until the producer publishes past `seen` or a stop is
- * requested; it may also return early, at the latest after CONSUMER_WAIT_BACKSTOP_MS. Returns
- * true when that backstop found items published and the doorbell rung: a wake-up the runtime
- * lost. The main thread waits with ring-wait.ts instead.
- */
-export function awaitPublished(header: Int32Array, seen: number): boolean {
-  Atomics.store(header, CONSUMER_WAITING, 1);
-  let lost = false;
-  if (Atomics.load(header, WRITE_SEQ) === seen && Atomics.load(header, STATE) !== STATE_STOP_REQUESTED) {
-    const outcome = Atomics.wait(header, WRITE_SEQ, seen, CONSUMER_WAIT_BACKSTOP_MS);
-    lost = outcome === 'timed-out' && Atomics.load(header, WRITE_SEQ) !== seen && Atomics.load(header, CONSUMER_WAITING) === 0;
-  }
-  Atomics.store(header, CONSUMER_WAITING, 0);
-  return lost;
 }
 
 // --- the worker's life cycle -----------------------------------------------------------------------
@@ -176,10 +144,6 @@ export function beginRunning(header: Int32Array): boolean {
   if (Atomics.compareExchange(header, STATE, STATE_BOOTING, STATE_RUNNING) !== STATE_BOOTING) return false;
   Atomics.notify(header, STATE); // the main thread may wait for the worker to be ready
   return true;
-}
-
-export function stopRequested(header: Int32Array): boolean {
-  return Atomics.load(header, STATE) === STATE_STOP_REQUESTED;
 }
 
 /**

@@ -14,7 +14,7 @@
  * datagram being opened by the UDP reader thread) holds it, and a keypair's key bytes are zeroed only once it is retired and
  * no hold is left. So a key is never zeroed while anything may still read it, and whoever uses a
  * keypair after queueing work checks `retired` at the point of use and drops the work instead
- * (counted as 'keypair-retired' inbound, 'sending-keypair-retired' outbound): no datagram is
+ * (counted as 'keypair-retired'): no datagram is
  * opened or sealed with a wiped key, and no packet of a retired keypair is delivered or sent
  * (the kernel's `is_valid` check).
  *

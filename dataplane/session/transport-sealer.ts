@@ -10,7 +10,7 @@
  * slot (keypair-table.ts tryHold: refused once it is retired or its slot reused) → nonces
  * reserved from the slot's counter → ChaCha20-Poly1305 in place → the hold is released.
  * Consecutive packets to one peer are one run: one hold, one reservation and one sealSlots call
- * (pool/batch-crypto.ts sealBatch, which writes headers and padding as the protocol says).
+ * (batch-seal.ts sealBatch, which writes headers and padding as the protocol says).
  *
  * What it did is written to a record per packet (RECORD_INTS int32):
  *
@@ -30,7 +30,7 @@ import type { SlotAead } from '../crypto/primitives.ts';
 import { REJECT_AFTER_MESSAGES_SAFE } from '../constants.ts';
 import { TAG_SIZE, TRANSPORT_HEADER_SIZE, paddedLength } from '../noise/messages.ts';
 import { flatLookupDestination } from '../allowedips/flat-allowedips.ts';
-import { SLOT_ZERO_KEY, sealBatch, type BatchView } from '../pool/batch-crypto.ts';
+import { SLOT_ZERO_KEY, sealBatch, type BatchView } from './batch-seal.ts';
 import { CHUNK_SLOTS, release, reserveSendNonces, sendNoncesReserved, slotKey, tryHold, type KeyChunk } from './keypair-table.ts';
 import { CHUNK_ENTRIES, CHUNK_SHIFT, newSendTarget, readSendTarget, type SendTarget } from './send-table.ts';
 import type { ChunkLookup } from './transport-opener.ts';

@@ -22,7 +22,7 @@ export interface MemoryTunOptions {
   maxBatch?: number;
   /**
    * false: plays a TUN whose reader thread could not load an AEAD provider (LinuxTun.senderFailed):
-   * sendOnThread is ignored and every packet takes the main thread's pipeline. Default true.
+   * sendOnThread is ignored and every packet takes the core's single-packet path. Default true.
    */
   sealsItself?: boolean;
 }

@@ -23,13 +23,12 @@
  * each starting with its `public_key=` (hex, as in `get=1`):
  *
  *   stats_version=1
- *   worker_threads=2              crypto worker threads (0 = main thread)
- *   worker_queue_depth=0          batches waiting for a crypto worker
+ *   worker_threads=2              threads that seal: the TUN's readers, one per queue
  *   drop.bad-mac1=0               one line per drop reason (dataplane/drop-counters.ts), zeros too
  *   ...
  *   pipeline_stalls=0             stalls the watchdog detected (dataplane/watchdog.ts), recovered or not
  *   pipeline_stalled_ms=0         how long the current stall has lasted (0 = none): what a liveness probe reads
- *   worker_restarts=0             crypto workers replaced after they died or wedged
+ *   tun_queue_reads=N,N           packets each TUN queue's reader took from the kernel
  *   public_key=<hex>
  *   rx_bytes=... / tx_bytes=...   as in get=1 (one consistent snapshot)
  *   handshake_attempts=N          initiations sent
@@ -72,15 +71,15 @@ export interface DeviceStats {
   version: number;
   /** Threads that seal: crypto workers where there is a pool, else the TUN's reader threads (0 = the main thread). */
   workerThreads: number;
-  /** Batches queued for a crypto worker, not yet running. */
-  workerQueueDepth: number;
+  /** Batches queued for a crypto worker, not yet running (only daemons that had a crypto pool say). */
+  workerQueueDepth?: number;
   /** Dropped packets by reason (every reason the daemon knows, zeros included). */
   drops: Record<string, number>;
   /** Stalls the watchdog detected in the crypto pool and the reader rings (absent: an older daemon). */
   pipelineStalls?: number;
   /** How long the stall in progress has lasted, 0 when none is (absent: an older daemon). */
   pipelineStalledMs?: number;
-  /** Crypto workers replaced after they died or wedged. */
+  /** Crypto workers replaced after they died or wedged (only daemons that had a crypto pool say). */
   workerRestarts?: number;
   /** Packets each TUN queue's reader took from the kernel, in queue order (absent: an older daemon, or a TUN without queues). */
   tunQueueReads?: number[];
@@ -101,8 +100,8 @@ export function formatStatsResponse(stats: DeviceStats): string {
   const out = [
     `stats_version=${stats.version}`,
     `worker_threads=${counter(stats.workerThreads)}`,
-    `worker_queue_depth=${counter(stats.workerQueueDepth)}`,
   ];
+  if (stats.workerQueueDepth !== undefined) out.push(`worker_queue_depth=${counter(stats.workerQueueDepth)}`);
   for (const [reason, n] of Object.entries(stats.drops)) {
     if (!/^[a-z0-9-]{1,64}$/.test(reason)) continue; // never emit a line the parser cannot read back
     out.push(`drop.${reason}=${counter(n)}`);
@@ -146,7 +145,7 @@ function newPeer(publicKey: Uint8Array): PeerStats {
 
 /** Parses an answer to `get=roamguard-stats` (through its `errno=` line). */
 export function parseStatsResponse(text: string): StatsParseResult {
-  const stats: DeviceStats = { version: 0, workerThreads: 0, workerQueueDepth: 0, drops: {}, peers: [] };
+  const stats: DeviceStats = { version: 0, workerThreads: 0, drops: {}, peers: [] };
   let peer: PeerStats | undefined;
   try {
     for (const line of text.split('\n')) {

@@ -9,12 +9,12 @@ import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 
-type PairOptions = Pick<DeviceOptions, 'pool' | 'timings' | 'logger' | 'clock'> & {
-  /** false: the TUNs do not seal themselves (MemoryTunOptions.sealsItself), so every packet takes the main thread's pipeline. */
+type PairOptions = Pick<DeviceOptions, 'timings' | 'logger' | 'clock'> & {
+  /** false: the TUNs do not seal themselves (MemoryTunOptions.sealsItself), so every packet takes the core's single-packet path. */
   tunSeals?: boolean;
 };
 
-/** `options` apply to both devices; `only` to one of them (e.g. a different pool for B). */
+/** `options` apply to both devices; `only` to one of them (e.g. TUNs that do not seal on B only). */
 export async function makeDevicePair(crypto: Crypto, options: PairOptions = {}, only: { a?: PairOptions; b?: PairOptions } = {}) {
   const network = new MemoryNetwork();
   const make = async (host: string, own: PairOptions | undefined) => {

@@ -17,7 +17,7 @@ export async function daemonStats(daemon: UserspaceWg): Promise<DeviceStats> {
 }
 
 /** Drops of outbound packets (from the TUN side), not of anything received. */
-export const OUTBOUND_DROPS: readonly string[] = ['no-route', 'no-endpoint', 'staged-overflow', 'handshake-gave-up', 'packet-too-large', 'sending-keypair-retired'];
+export const OUTBOUND_DROPS: readonly string[] = ['no-route', 'no-endpoint', 'staged-overflow', 'handshake-gave-up', 'packet-too-large'];
 
 /**
  * The drop counters that moved between two snapshots, and by how much; with `inboundOnly`, only

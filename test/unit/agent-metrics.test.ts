@@ -134,7 +134,7 @@ describe('agent metrics', () => {
     assert.equal(s.get('roamguard_dataplane_dropped_packets_total{reason="allowed-ips-mismatch"}'), '7');
     assert.equal(s.get('roamguard_dataplane_dropped_packets_total{reason="no-route"}'), '0');
     assert.equal(s.get('roamguard_dataplane_worker_threads'), '2');
-    assert.equal(s.get('roamguard_dataplane_worker_queue_depth'), '5');
+    assert.equal(s.get('roamguard_dataplane_worker_queue_depth'), undefined, 'no crypto pool: no queue depth series');
     assert.equal(s.get(`roamguard_peer_receive_bytes_total{${p1}}`), '2000');
     assert.equal(s.get(`roamguard_peer_transmit_bytes_total{${p1}}`), '1000');
     assert.equal(s.get(`roamguard_peer_last_handshake_age_seconds{${p1}}`), '10');

@@ -1,13 +1,13 @@
 /**
- * Two Devices over in-memory TUNs and an in-memory UDP network, with and without the crypto
- * worker pool: packets flow both ways, in order, and the pipelines count what they drop.
+ * Two Devices over in-memory TUNs and an in-memory UDP network, with TUNs that seal what they read
+ * (as the reader threads do) and with TUNs that leave every packet to the core's single-packet
+ * path (a reader without an AEAD provider): packets flow both ways, in order, and what is
+ * dropped is counted.
  */
-import { after, before, describe, test } from 'node:test';
+import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import type { Crypto } from '../../dataplane/crypto/primitives.ts';
-import { WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
-import { DIRECT_MAX_BYTES } from '../../dataplane/device/send.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
 import { makeDevicePair } from '../helpers/device-pair.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
@@ -18,33 +18,18 @@ import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
 import { until } from '../helpers/until.ts';
 
 let crypto: Crypto;
-let pool: WorkerCryptoPool;
 before(async () => {
   crypto = await selectCrypto();
-  pool = new WorkerCryptoPool(2);
 });
-after(async () => { await pool?.close(); });
 
-
-/** The worker pool, counting the batches it is given. */
-function countingPool(inner: CryptoPool) {
-  const counts = { seal: 0 };
-  const wrapped: CryptoPool = {
-    threads: inner.threads,
-    seal: (batch, key, receiverIndex, mtu) => { counts.seal++; return inner.seal(batch, key, receiverIndex, mtu); },
-    close: async () => {},
-  };
-  return { pool: wrapped, counts };
-}
-
-function makePair(mode: 'inline' | 'workers', givenPool?: CryptoPool) {
-  return makeDevicePair(crypto, { pool: givenPool ?? (mode === 'workers' ? pool : undefined) });
+type Mode = 'TUN seals' | 'TUN leaves all';
+function makePair(mode: Mode) {
+  return makeDevicePair(crypto, { tunSeals: mode === 'TUN seals' });
 }
 
 describe('device pipelines', () => {
-  test('with a session every packet, lone or in a burst, is sealed where it is read (the TUN\'s sealer), none in the pool; every transport message is opened by the bind; in order', async () => {
-    const counting = countingPool(pool);
-    const pair = await makePair('workers', counting.pool);
+  test('with a session every packet, lone or in a burst, is sealed where it is read (the TUN\'s sealer), none left to the core; every transport message is opened by the bind; in order', async () => {
+    const pair = await makePair('TUN seals');
     try {
       const small = (seq: number, size = 0) => buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 3, seq, payload: new Uint8Array(size) });
       pair.a.tun.inject(small(0)); // staged on the main thread: the handshake comes first
@@ -52,7 +37,7 @@ describe('device pipelines', () => {
       const peer = [...pair.a.device.core.peers][0];
       const sentBefore = peer.txBytes;
       for (let seq = 1; seq <= 5; seq++) {
-        pair.a.tun.inject(small(seq, DIRECT_MAX_BYTES - 28));
+        pair.a.tun.inject(small(seq, 100));
         await until(() => pair.b.tun.written.length === seq + 1);
       }
       const before = { ...(pair.b.bind as MemoryBind).openerCounts! };
@@ -62,7 +47,7 @@ describe('device pipelines', () => {
       await new Promise((r) => setImmediate(r));
       pair.a.tun.inject(small(71));
       await until(() => pair.b.tun.written.length === 72);
-      assert.deepEqual(counting.counts, { seal: 0 }, 'nothing reached the pool');
+      assert.deepEqual(pair.a.tun.sealerCounts, { sealed: 71, left: 1, refused: 0 }, 'all but the first (staged for the handshake) sealed by the TUN');
       assert.ok(peer.txBytes > sentBefore + 66 * 1300, `the books of what the TUN sent were kept: ${peer.txBytes - sentBefore} bytes`);
       const opener = (pair.b.bind as MemoryBind).openerCounts!;
       assert.equal(opener.opened - before.opened, 66, `the bind opened each of the 66 datagrams: ${JSON.stringify(opener)}`);
@@ -74,7 +59,7 @@ describe('device pipelines', () => {
     }
   });
 
-  for (const mode of ['inline', 'workers'] as const) {
+  for (const mode of ['TUN seals', 'TUN leaves all'] as const) {
     test(`${mode}: 1000 packets each way arrive complete and in order`, async () => {
       const pair = await makePair(mode);
       try {
@@ -124,25 +109,24 @@ describe('device pipelines', () => {
 });
 
 describe('start-up: open, then running', () => {
-  /** The shared worker pool behind a `ready` the test settles itself (threads still booting). */
-  function gatedPool() {
+  /** A MemoryTun whose ready() is a promise the test settles itself (a reader thread still booting). */
+  function gatedTun() {
     let settle!: { resolve: () => void; reject: (err: Error) => void };
     const ready = new Promise<void>((resolve, reject) => { settle = { resolve, reject }; });
-    const gated: CryptoPool = {
-      threads: pool.threads, ready,
-      seal: (batch, key, receiverIndex, mtu) => pool.seal(batch, key, receiverIndex, mtu),
-      close: async () => {},
-    };
-    return { gated, settle };
+    ready.catch(() => {});
+    const tun = new MemoryTun('rgmem0', 1420);
+    Object.assign(tun, { ready: () => ready }); // Tun.ready, as LinuxTun has it
+    return { tun, settle };
   }
 
   test('an opened device carries traffic while its threads boot; running() waits for them', async () => {
     const network = new MemoryNetwork();
-    const { gated, settle } = gatedPool();
+    const gates: Array<{ resolve: () => void }> = [];
     const make = async (host: string, inner: string) => {
-      const tun = new MemoryTun('rgmem0', 1420);
+      const { tun, settle } = gatedTun();
+      gates.push(settle);
       const bind = network.bind(host);
-      const device = new Device({ tun, bind, crypto, pool: gated });
+      const device = new Device({ tun, bind, crypto });
       device.core.setPrivateKey(generatePrivateKey(crypto));
       await device.open(0);
       return { tun, bind, device, inner };
@@ -154,12 +138,12 @@ describe('start-up: open, then running', () => {
       b.device.core.addPeer(a.device.core.ourPublicKey!, { endpoint: new Endpoint('192.0.2.1', a.bind.port), allowedIps: ['10.0.0.1/32'] });
       let running = false;
       const both = Promise.all([a.device.running(), b.device.running()]).then(() => { running = true; });
-      // A burst (through the pool) and a lone ping, before any thread is reported running.
+      // A burst and a lone ping, before any thread is reported running.
       for (let seq = 0; seq < 40; seq++) a.tun.inject(buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 9, seq, payload: new Uint8Array(1000) }));
       await until(() => b.tun.written.length === 40);
       assert.deepEqual(b.tun.written.map((p) => parseEcho(p)?.seq), Array.from({ length: 40 }, (_, i) => i), 'all of them, in order');
       assert.equal(running, false, 'running() still waits for the threads');
-      settle.resolve();
+      for (const gate of gates) gate.resolve();
       await both;
       assert.equal(running, true);
     } finally {
@@ -169,11 +153,11 @@ describe('start-up: open, then running', () => {
   });
 
   test('running() rejects when a thread cannot start', async () => {
-    const { gated, settle } = gatedPool();
-    const device = new Device({ tun: new MemoryTun('rgmem0', 1420), bind: new MemoryNetwork().bind('192.0.2.1'), crypto, pool: gated });
+    const { tun, settle } = gatedTun();
+    const device = new Device({ tun, bind: new MemoryNetwork().bind('192.0.2.1'), crypto });
     try {
       await device.open(0);
-      settle.reject(new Error('a crypto worker could not load its crypto providers'));
+      settle.reject(new Error('a reader thread could not load its crypto providers'));
       await assert.rejects(device.running(), /could not load its crypto providers/);
     } finally {
       await device.close();

@@ -15,7 +15,6 @@ import { PeerSendTable } from '../../dataplane/session/send-table.ts';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import { Device } from '../../dataplane/device/device.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
-import { WorkerCryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { buildEchoRequest, parseEcho } from '../system/packets.ts';
 import { until } from '../helpers/until.ts';
@@ -773,11 +772,13 @@ describe('FfiUdpBind opening transport messages in its reader thread', () => {
     // at its reader once every thread runs; the new reader may still be booting then. Taking that
     // for a failure logged an error (and a detached daemon whose stderr had no reader died of it).
     const crypto = await selectCrypto();
-    let poolReady!: () => void;
-    const pool = { threads: 1, ready: new Promise<void>((r) => { poolReady = r; }), seal: async () => {}, close: async () => {} };
+    // Another thread of the device (here the TUN's reader) still boots until the test says so.
+    let tunReady!: () => void;
+    const booted = new Promise<void>((r) => { tunReady = r; });
+    const tun = Object.assign(new MemoryTun('rgffi9', 1420), { ready: () => booted });
     const errors: string[] = [];
     const bind = new FfiUdpBind();
-    const device = new Device({ tun: new MemoryTun('rgffi9', 1420), bind, crypto, pool, logger: { error: (m) => errors.push(m), verbose: () => {} } });
+    const device = new Device({ tun, bind, crypto, logger: { error: (m) => errors.push(m), verbose: () => {} } });
     opened.push(device);
     await device.open(0);
     await bind.ready();
@@ -786,7 +787,7 @@ describe('FfiUdpBind opening transport messages in its reader thread', () => {
     const port = probe.port; // free in both families (the probe just had it)
     await probe.close();
     await device.setListenPort(port);
-    poolReady();
+    tunReady();
     await device.running();
     assert.deepEqual(errors, [], 'nothing logged as an error');
     await bind.ready();
@@ -795,17 +796,13 @@ describe('FfiUdpBind opening transport messages in its reader thread', () => {
 });
 
 describe('Device over FfiUdpBind (loopback)', () => {
-  let pool: WorkerCryptoPool | undefined;
-  after(async () => { await pool?.close(); });
-
-  for (const mode of ['inline', 'workers'] as const) {
-    test(`${mode}: 1000 packets each way arrive complete and in order${mode === 'workers' ? ' (a TUN that does not seal itself: the pool\'s sealed batches leave through sendBatch)' : ''}`, async () => {
+  for (const mode of ['TUN seals', 'TUN leaves all'] as const) {
+    test(`${mode}: 1000 packets each way arrive complete and in order${mode === 'TUN leaves all' ? ' (every packet sealed by the core and sent through bind.send)' : ''}`, async () => {
       const crypto = await selectCrypto();
-      if (mode === 'workers') pool ??= new WorkerCryptoPool(2);
       const make = async () => {
-        const tun = new MemoryTun('rgffi0', 1420, { sealsItself: mode !== 'workers' });
+        const tun = new MemoryTun('rgffi0', 1420, { sealsItself: mode === 'TUN seals' });
         const bind = new FfiUdpBind();
-        const device = new Device({ tun, bind, crypto, pool: mode === 'workers' ? pool : undefined });
+        const device = new Device({ tun, bind, crypto });
         device.core.setPrivateKey(generatePrivateKey(crypto));
         await device.start(0);
         await bind.ready();
@@ -816,9 +813,6 @@ describe('Device over FfiUdpBind (loopback)', () => {
       try {
         a.device.core.addPeer(b.device.core.ourPublicKey!, { endpoint: new Endpoint('::1', b.bind.port), allowedIps: ['10.0.0.2/32'] });
         b.device.core.addPeer(a.device.core.ourPublicKey!, { endpoint: new Endpoint('127.0.0.1', a.bind.port), allowedIps: ['10.0.0.1/32'] });
-        const batchSends = { count: 0 };
-        const original = a.bind.sendBatch.bind(a.bind);
-        a.bind.sendBatch = (...args) => { batchSends.count++; original(...args); };
         a.tun.inject(buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 1, seq: 0 }));
         await until(() => b.tun.written.length === 1, 15_000, 'the first packet (after the handshake)');
         for (let seq = 1; seq <= 1000; seq++) {
@@ -833,8 +827,8 @@ describe('Device over FfiUdpBind (loopback)', () => {
         assert.deepEqual(b.device.core.drops.snapshot(), {});
         // B roamed A's endpoint to what it saw: IPv6 loopback, A's port.
         assert.equal([...b.device.core.peers][0].endpoint?.toString(), `[::1]:${a.bind.port}`);
-        if (mode === 'workers') assert.ok(batchSends.count > 0, 'the pipeline used sendBatch');
-        else assert.equal(batchSends.count, 0);
+        if (mode === 'TUN seals') assert.ok(a.tun.sealerCounts!.sealed >= 999, `A's TUN sealed what followed the handshake: ${JSON.stringify(a.tun.sealerCounts)}`);
+        else assert.equal(a.tun.sealerCounts, undefined, 'the core sealed everything');
         assert.equal(a.bind.stats.sendErrors + b.bind.stats.sendErrors, 0);
       } finally {
         await a.device.close();

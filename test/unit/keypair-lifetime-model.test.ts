@@ -1,13 +1,12 @@
 /**
  * A model-based adversarial test of the whole inbound and outbound path (issue 12, item 1): two
- * Devices over in-memory TUNs, with the real crypto worker pool (WorkerCryptoPool) in one
- * configuration and the daemon's split pool (inline below SMALL_BATCH, workers above) in another,
- * and in a third TUNs that do not seal themselves, so that every packet takes the pool's pipeline,
- * driven by a seeded PRNG through random interleavings of
+ * Devices over in-memory TUNs that seal what they read as the reader threads do in one
+ * configuration, and in another TUNs that do not seal themselves, so that every packet takes the
+ * core's single-packet path, driven by a seeded PRNG through random interleavings of
  *
  * - genuine traffic both ways, sealed where it is read by the TUN's sealer while the send table
- *   names a keypair (MemoryTun runs transport-sealer.ts as the reader thread does), else on the
- *   main thread (lone small packets: the direct path; bursts: the batch pipeline),
+ *   names a keypair (MemoryTun runs transport-sealer.ts as the reader thread does), else by the
+ *   core on the main thread,
  * - handshakes: either side initiating, both at once (crossing), timer rekeys, expiry and key
  *   erasure on the manual clock, private-key changes (with the peer re-added on the other side),
  * - an attacker who sees every receiver index on the wire and sends datagrams sealed under the
@@ -26,7 +25,7 @@
  * addresses (only authenticated datagrams may move it, and the attacker's never are); no datagram
  * a device sends opens under the all-zero key. At the end of each configuration: the 'zero-key'
  * floor was never reached, the binds opened genuine datagrams and refused forged ones, both races
- * were exercised ('keypair-retired' and 'sending-keypair-retired' drops), the genuine peers' roaming moved the endpoints, and every
+ * was exercised ('keypair-retired' drops), the genuine peers' roaming moved the endpoints, and every
  * retired keypair's keys are zeros once the pipelines are idle (no hold leaked).
  *
  * ROAMGUARD_SOAK=1 runs 10 000 000 steps per configuration; ROAMGUARD_MODEL_SEED replays a seed
@@ -34,7 +33,7 @@
  * the machine).
  * ROAMGUARD_MODEL_STEPS overrides the number of steps per configuration.
  */
-import { after, before, describe, test } from 'node:test';
+import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ManualClock } from '../../dataplane/clock.ts';
 import { THREAD_KEYPAIR_MARGIN_MS, type Timings } from '../../dataplane/constants.ts';
@@ -44,7 +43,6 @@ import type { Device } from '../../dataplane/device/device.ts';
 import type { MemoryBind } from '../../dataplane/bind/memory-bind.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
-import { SplitCryptoPool, WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import type { Keypair } from '../../dataplane/session/keypair.ts';
 import { NO_KEYPAIR } from '../../dataplane/session/send-table.ts';
 import type { Peer } from '../../dataplane/session/peer.ts';
@@ -107,43 +105,20 @@ interface OnWire { to: Name; bytes: Uint8Array; /** Absent: from wherever the ge
 interface Remembered { keypair: Keypair; key: Uint8Array; index: number }
 
 let crypto: Crypto;
-let workers: WorkerCryptoPool;
 before(async () => {
   crypto = await selectCrypto();
-  workers = new WorkerCryptoPool(2);
-  await workers.ready;
 });
-after(async () => { await workers?.close(); });
-
-/** The pool the devices get, counting the tasks not yet settled (so the model knows when all is idle). */
-function tracked(inner: CryptoPool): CryptoPool & { readonly outstanding: number } {
-  let outstanding = 0;
-  const track = (work: Promise<unknown>) => {
-    outstanding++;
-    return work.finally(() => { outstanding--; });
-  };
-  return {
-    threads: inner.threads,
-    ready: inner.ready,
-    get outstanding() { return outstanding; },
-    seal: (batch, key, receiverIndex, mtu) => track(inner.seal(batch, key, receiverIndex, mtu)),
-    close: async () => {},
-  };
-}
 
 /**
  * `tunSeals` false: the TUNs do not seal (MemoryTunOptions.sealsItself, as a reader thread without
- * an AEAD provider), so every packet takes the main thread's paths and the pool's pipeline; that
- * is where a queued batch can meet its keypair retired ('sending-keypair-retired'), a race the
- * configurations whose TUN seals reach only in a keypair's last second, and so only by chance.
+ * an AEAD provider), so every packet takes the core's single-packet path on the main thread.
  */
-async function runModel(config: string, inner: CryptoPool, seed: number, steps: number, tunSeals = true) {
-  const pool = tracked(inner);
+async function runModel(config: string, seed: number, steps: number, tunSeals = true) {
   const rng: Rng = prng(seed);
   /** For what the wire keeps for replays: called whenever a device sends, so it must not consume `rng`. */
   const sampling: Rng = prng(seed ^ 0x9e3779b9);
   const clock = new ManualClock();
-  const pair = await makeDevicePair(crypto, { pool, timings: TIMINGS, clock, tunSeals });
+  const pair = await makeDevicePair(crypto, { timings: TIMINGS, clock, tunSeals });
   const sides = { a: pair.a, b: pair.b };
   const device = (n: Name): Device => sides[n].device;
   const tun = (n: Name): MemoryTun => sides[n].tun;
@@ -314,15 +289,15 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
   const advance = (ms: number) => { clock.advance(ms); tick(); };
   const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
   const sleep = () => new Promise<void>((resolve) => setTimeout(resolve, 1));
-  /** Until every batch is done: worker completions, then the promise turns and writes behind them. */
+  /** Until the TUNs' queues are empty and the turns behind them have run. */
   const settle = async () => {
     const deadline = Date.now() + 30_000;
     for (let quiet = 0; quiet < 3;) {
-      if (Date.now() > deadline) throw new Error(`${config}: the pipelines never went idle (${pool.outstanding} tasks in the pool)`);
+      if (Date.now() > deadline) throw new Error(`${config}: the devices never went idle`);
       // A timer, not only setImmediate: every phase of the event loop runs (Bun delivers
       // Atomics.waitAsync wake-ups in one that a chain of immediates can starve).
       await (quiet === 0 ? sleep() : turn());
-      quiet = pool.outstanding === 0 && tun('a').pending === 0 && tun('b').pending === 0 ? quiet + 1 : 0;
+      quiet = tun('a').pending === 0 && tun('b').pending === 0 ? quiet + 1 : 0;
     }
   };
 
@@ -461,7 +436,6 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
       else assert.equal(sealer, undefined, `${n}'s TUN sealed nothing itself`);
     }
     assert.ok(drops.a.get('keypair-retired') + drops.b.get('keypair-retired') > 0, 'the race was exercised: some datagrams opened on arrival met their keypair retired when handled');
-    if (!tunSeals) assert.ok(drops.a.get('sending-keypair-retired') + drops.b.get('sending-keypair-retired') > 0, 'and outbound: some queued packets met a retired keypair');
     for (const n of ['a', 'b'] as const) checkedAtEnd.push(...remembered[n].filter((r) => !live(n, r.keypair)).map((r) => r.keypair));
     const unzeroed = checkedAtEnd.filter((k) => k.retired && !k.keysZeroed).length;
     assert.equal(unzeroed, 0, 'every retired keypair\'s keys are zeros once the pipelines are idle (no hold leaked)');
@@ -481,16 +455,12 @@ async function runModel(config: string, inner: CryptoPool, seed: number, steps: 
 
 describe('keypair lifetime: a model of two devices and an attacker', () => {
   const timeout = SOAK ? 7_200_000 : 300_000;
-  test(`worker pool: ${STEPS.toLocaleString('en')} random steps; only the genuine peer's packets are delivered, each once; endpoints never reach the attacker`, { timeout }, async (tc) => {
-    const result = await runModel('worker pool', workers, SEED, STEPS);
+  test(`TUNs that seal (as the reader threads do): ${STEPS.toLocaleString('en')} random steps; only the genuine peer's packets are delivered, each once; endpoints never reach the attacker`, { timeout }, async (tc) => {
+    const result = await runModel('TUNs that seal', SEED, STEPS);
     tc.diagnostic(JSON.stringify(result));
   });
-  test(`split pool (inline + workers, as the daemon runs): ${STEPS.toLocaleString('en')} random steps; the same invariants`, { timeout }, async (tc) => {
-    const result = await runModel('split pool', new SplitCryptoPool(crypto, workers), SEED + 1, STEPS);
-    tc.diagnostic(JSON.stringify(result));
-  });
-  test(`TUNs that do not seal (every packet through the pool's pipeline): ${STEPS.toLocaleString('en')} random steps; the same invariants, and queued batches meet retired keypairs`, { timeout }, async (tc) => {
-    const result = await runModel('pipeline only', new SplitCryptoPool(crypto, workers), SEED + 2, STEPS, false);
+  test(`TUNs that do not seal (every packet through the core's single-packet path): ${STEPS.toLocaleString('en')} random steps; the same invariants`, { timeout }, async (tc) => {
+    const result = await runModel('core path only', SEED + 2, STEPS, false);
     tc.diagnostic(JSON.stringify(result));
   });
 });

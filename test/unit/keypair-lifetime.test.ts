@@ -5,15 +5,13 @@
  * was retired before the work ran. The model test (keypair-lifetime-model.test.ts) attacks the
  * same rules at random; these tests pin each rule down on its own.
  */
-import { after, before, describe, test } from 'node:test';
+import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { selectCrypto } from '../../dataplane/crypto/select.ts';
 import { writeCounterNonce, type Crypto } from '../../dataplane/crypto/primitives.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { isZeroKey } from '../../dataplane/noise/keys.ts';
-import { SLOT_ZERO_KEY, sealBatch } from '../../dataplane/pool/batch-crypto.ts';
-import { InlineCryptoPool, WorkerCryptoPool, type CryptoPool } from '../../dataplane/pool/crypto-pool.ts';
-import { BatchPool, slotSizeForMtu, type PacketBatch } from '../../dataplane/pool/packet-batch.ts';
+import { SLOT_ZERO_KEY, sealBatch, type BatchView } from '../../dataplane/session/batch-seal.ts';
 import { Keypair } from '../../dataplane/session/keypair.ts';
 import { ManualClock } from '../../dataplane/clock.ts';
 import { PRODUCTION_TIMINGS } from '../../dataplane/constants.ts';
@@ -29,13 +27,9 @@ import { buildEchoRequest } from '../system/packets.ts';
 
 const MTU = 1420;
 let crypto: Crypto;
-let workers: WorkerCryptoPool;
 before(async () => {
   crypto = await selectCrypto();
-  workers = new WorkerCryptoPool(1);
-  await workers.ready;
 });
-after(async () => { await workers?.close(); });
 
 const keypairTable = new KeypairTable();
 
@@ -161,38 +155,18 @@ describe('the all-zero key is refused by the lowest-level seal and open', () => 
     assert.notEqual(openTransport(crypto, crypto.randomBytes(32), 3, datagram), ZERO_KEY, 'any other key is tried (and fails)');
   });
 
-  const batchOf = (datagrams: Uint8Array[]): PacketBatch => {
-    const batch = new BatchPool(slotSizeForMtu(MTU)).acquire();
-    for (const d of datagrams) {
-      batch.slot(batch.count).set(d);
-      batch.lengths[batch.count] = d.length;
-      batch.counters[batch.count] = batch.count;
-      batch.count++;
+  test('the batch seal the TUN readers\' sealer runs refuses it too: every slot SLOT_ZERO_KEY, nothing sealed', () => {
+    const slotSize = 2048;
+    const batch: BatchView = { data: new Uint8Array(10 * slotSize), lengths: new Int32Array(10), counters: new Float64Array(10), slotSize, count: 10 };
+    for (let i = 0; i < 10; i++) {
+      batch.data.set(inner, i * slotSize + 16);
+      batch.lengths[i] = inner.length;
+      batch.counters[i] = i;
     }
-    return batch;
-  };
-
-  for (const where of ['inline', 'worker'] as const) {
-    test(`${where}: a batch sealed under the zero key is refused whole (SLOT_ZERO_KEY)`, async () => {
-      const pool: CryptoPool = where === 'inline' ? new InlineCryptoPool(crypto) : workers;
-      const sealing = batchOf([]);
-      for (let i = 0; i < 10; i++) {
-        sealing.slot(i).set(inner, 16);
-        sealing.lengths[i] = inner.length;
-        sealing.counters[i] = i;
-      }
-      sealing.count = 10;
-      const plain = sealing.data.slice();
-      await pool.seal(sealing, zeroKey, 5, MTU);
-      assert.deepEqual([...sealing.lengths.subarray(0, 10)], Array(10).fill(SLOT_ZERO_KEY));
-      assert.deepEqual(sealing.data, plain, 'nothing sealed');
-    });
-  }
-
-  test('the batch function refuses it directly too (the code the worker threads run)', () => {
-    const batch = batchOf([forged(zeroKey, 5, 0, inner)]);
+    const plain = batch.data.slice();
     sealBatch(crypto, zeroKey, 5, MTU, batch);
-    assert.equal(batch.lengths[0], SLOT_ZERO_KEY);
+    assert.deepEqual([...batch.lengths], Array(10).fill(SLOT_ZERO_KEY));
+    assert.deepEqual(batch.data, plain, 'nothing sealed');
   });
 
   test('the core counts it (a valid keypair whose receive key is zeros: a bug the floor still catches)', () => {
@@ -208,37 +182,7 @@ describe('the all-zero key is refused by the lowest-level seal and open', () => 
   });
 });
 
-/**
- * A pool that does its work only when told to, reading the key at that moment (as a pool that
- * queues tasks and copies the key late would), and records whether that key was all zeros.
- */
-class ControlledPool implements CryptoPool {
-  readonly threads = 1;
-  deferring = false;
-  private readonly tasks: Array<() => void> = [];
-  readonly keysSeen: Array<'zero' | 'key'> = [];
-  constructor(private readonly crypto: Crypto) {}
-  seal(batch: PacketBatch, key: Uint8Array, receiverIndex: number, mtu: number): Promise<unknown> {
-    return this.run(key, () => sealBatch(this.crypto, key, receiverIndex, mtu, batch));
-  }
-  get queued(): number {
-    return this.tasks.length;
-  }
-  finish(): void {
-    for (const task of this.tasks.splice(0)) task();
-  }
-  private run(key: Uint8Array, work: () => void): Promise<unknown> {
-    const task = () => { this.keysSeen.push(isZeroKey(key) ? 'zero' : 'key'); work(); };
-    if (!this.deferring) {
-      task();
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => this.tasks.push(() => { task(); resolve(undefined); }));
-  }
-  async close(): Promise<void> {}
-}
-
-describe('the pipelines drop work queued for a keypair retired before it ran', () => {
+describe('work meets a keypair retired before it ran', () => {
   const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
   async function until(condition: () => boolean, what: string): Promise<void> {
     const deadline = Date.now() + 10_000;
@@ -250,8 +194,7 @@ describe('the pipelines drop work queued for a keypair retired before it ran', (
 
   /** A device pair with a session both ways; A's datagrams are then captured instead of delivered. */
   async function setUp(clock?: ManualClock) {
-    const pool = new ControlledPool(crypto);
-    const pair = await makeDevicePair(crypto, { pool, clock });
+    const pair = await makeDevicePair(crypto, { clock });
     const ping = (from: 'a' | 'b', seq: number, size = 0) => buildEchoRequest({
       src: from === 'a' ? '10.0.0.1' : '10.0.0.2', dst: from === 'a' ? '10.0.0.2' : '10.0.0.1', id: 7, seq, payload: new Uint8Array(size),
     });
@@ -274,7 +217,7 @@ describe('the pipelines drop work queued for a keypair retired before it ran', (
       await until(() => captured.filter((d) => d[0] === 4).length === n, `${n} sealed datagrams`);
       return captured.splice(0);
     };
-    return { pool, pair, ping, captured, peerOf, deliverToB, capture };
+    return { pair, ping, captured, peerOf, deliverToB, capture };
   }
 
   test('inbound, delivered on arrival under a confirmed keypair: written at once, and a key change before the device reads the records changes nothing', async () => {
@@ -349,30 +292,30 @@ describe('the pipelines drop work queued for a keypair retired before it ran', (
     }
   });
 
-  test('outbound, retired while the pool seals its batch: sealed under the real key, then not sent', async () => {
+  test('outbound in a keypair\'s last second: the TUN leaves the packets, the core seals them under that keypair; once it is retired nothing is sealed under it', async () => {
     const clock = new ManualClock();
     const t = await setUp(clock);
     try {
       const k = t.peerOf('a').keypairs.current!;
       // Within the last second of the keypair's life the TUN may no longer seal under it (the
-      // send table names nothing: send-table.ts), while the main thread still sends with it, in
-      // the pipeline: that is where a batch can meet its keypair retired.
+      // send table names nothing: send-table.ts); the main thread still sends with it.
       clock.advance(PRODUCTION_TIMINGS.rejectAfterTime - 500 - (clock.now() - k.created));
       t.pair.a.device.core.tick();
       assert.equal(t.pair.a.device.core.sendTable.read(t.peerOf('a').number)!.keySlot, NO_KEYPAIR);
-      t.pool.deferring = true;
+      const left = t.pair.a.tun.sealerCounts!.left;
       t.captured.length = 0;
       for (let i = 0; i < 20; i++) t.pair.a.tun.inject(t.ping('a', 100 + i, 1000));
-      await until(() => t.pool.queued > 0, 'the batch at the pool');
-      t.pair.a.device.core.setPrivateKey(t.pair.a.device.core.ourPrivateKey!);
-      assert.equal(k.keysZeroed, false, 'held while the pool works');
-      t.pool.finish();
+      await until(() => t.captured.filter((d) => d[0] === 4).length === 20, 'the 20 sealed by the core');
+      assert.equal(t.pair.a.tun.sealerCounts!.left - left, 20, 'all left by the TUN');
+      t.pair.a.device.core.setPrivateKey(t.pair.a.device.core.ourPrivateKey!); // every session ends
+      assert.equal(k.retired, true);
+      assert.equal(k.keysZeroed, true, 'nothing holds it');
+      t.captured.length = 0;
+      for (let i = 0; i < 20; i++) t.pair.a.tun.inject(t.ping('a', 200 + i, 1000));
       await turn();
       await turn();
-      assert.ok(!t.pool.keysSeen.includes('zero'), 'sealed under the real key, never zeros');
-      assert.equal(t.pair.a.device.core.drops.get('sending-keypair-retired'), 20);
-      assert.equal(t.captured.filter((d) => d[0] === 4).length, 0, 'nothing sent under the retired keypair');
-      assert.equal(k.keysZeroed, true);
+      assert.equal(t.captured.filter((d) => d[0] === 4).length, 0, 'nothing sealed under the retired keypair');
+      assert.equal(t.pair.a.device.core.drops.get('zero-key'), 0, 'and never under zeros: staged for a new handshake');
     } finally {
       await t.pair.close();
     }
@@ -382,7 +325,7 @@ describe('the pipelines drop work queued for a keypair retired before it ran', (
     const t = await setUp();
     try {
       const zeroKey = new Uint8Array(32);
-      // Outbound: a burst (batch pipeline) and a lone small packet (direct path).
+      // Outbound: a burst and a lone small packet, both sealed by the TUN's sealer.
       const ka = t.peerOf('a').keypairs.current!;
       ka.sendKey.fill(0);
       t.captured.length = 0;

@@ -12,7 +12,7 @@
  *
  * ROAMGUARD_SOAK=1 runs ten times as many datagrams. ROAMGUARD_FUZZ_SEED replays a seed.
  */
-import { after, before, describe, test } from 'node:test';
+import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ManualClock } from '../../dataplane/clock.ts';
 import { WireGuardCore } from '../../dataplane/core.ts';
@@ -23,7 +23,6 @@ import type { DropReason } from '../../dataplane/drop-counters.ts';
 import { MemoryNetwork, type MemoryBind } from '../../dataplane/bind/memory-bind.ts';
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { generatePrivateKey } from '../../dataplane/noise/keys.ts';
-import { WorkerCryptoPool } from '../../dataplane/pool/crypto-pool.ts';
 import { MemoryTun } from '../../dataplane/tun/memory-tun.ts';
 import { PRODUCTION_TIMINGS } from '../../dataplane/constants.ts';
 import { A_INNER, B_INNER, makeCorePair, type CorePair } from '../helpers/core-pair.ts';
@@ -345,10 +344,7 @@ describe('fuzzing WireGuardCore', () => {
   });
 });
 
-describe('fuzzing the daemon\'s receive pipeline (Device with crypto worker threads)', () => {
-  let pool: WorkerCryptoPool;
-  before(() => { pool = new WorkerCryptoPool(2); });
-  after(async () => { await pool?.close(); });
+describe('fuzzing the daemon\'s receive pipeline (Device: the bind opens and delivers on arrival)', () => {
 
   test(`${(DEVICE_ROUNDS * DEVICE_BURST).toLocaleString('en')} hostile datagrams in bursts between genuine pings: counters match the predicted reasons exactly`, { timeout: SOAK ? 1_800_000 : 120_000 }, async (tc) => {
     const rng = prng(SEED + 2);
@@ -356,7 +352,7 @@ describe('fuzzing the daemon\'s receive pipeline (Device with crypto worker thre
     const make = async (host: string) => {
       const tun = new MemoryTun('rgfuzz0', 1420);
       const bind = network.bind(host);
-      const device = new Device({ tun, bind, crypto, pool });
+      const device = new Device({ tun, bind, crypto });
       device.core.setPrivateKey(generatePrivateKey(crypto));
       await device.start(0);
       return { tun, bind, device };

@@ -1,25 +1,23 @@
 /**
  * The worker side of test/unit/shared-ring.test.ts: a thread that runs one end of a bare ring
- * (ring/shared-ring.ts) whose payload is one int32 per slot, the item's number. As the producer
- * it pushes `items` numbers; as the consumer it takes them and counts those out of order.
+ * (ring/shared-ring.ts) whose payload is one int32 per slot, the item's number: as the producer,
+ * it pushes `items` numbers (the main thread consumes them and counts those out of order).
  */
 import { workerData } from 'node:worker_threads';
 import {
-  READ_SEQ, RING_HEADER_INTS, WRITE_SEQ, awaitPublished, awaitRoom, beginRunning, finishWorker, publish, release, seqAdd, stopRequested,
+  RING_HEADER_INTS, WRITE_SEQ, awaitRoom, beginRunning, finishWorker, publish, seqAdd,
 } from '../../dataplane/ring/shared-ring.ts';
 
 export interface RingWorkerConfig {
-  role: 'producer' | 'consumer';
+  role: 'producer';
   buffer: SharedArrayBuffer;
   slots: number;
   items: number;
 }
 
-/** Header word the consumer counts out-of-order items in. */
-export const OUT_OF_ORDER = RING_HEADER_INTS;
 /** Header word that stays 0: the worker's random pauses wait on it. */
-export const PAUSE = RING_HEADER_INTS + 1;
-export const TEST_HEADER_INTS = RING_HEADER_INTS + 2;
+export const PAUSE = RING_HEADER_INTS;
+export const TEST_HEADER_INTS = RING_HEADER_INTS + 1;
 
 function run(config: RingWorkerConfig): void {
   const header = new Int32Array(config.buffer, 0, TEST_HEADER_INTS);
@@ -40,21 +38,6 @@ function run(config: RingWorkerConfig): void {
         payload[write & mask] = i;
         write = seqAdd(write, 1);
         publish(header, write);
-        maybePause();
-      }
-    } else {
-      let read = Atomics.load(header, READ_SEQ);
-      let expected = 0;
-      for (;;) {
-        if (Atomics.load(header, WRITE_SEQ) === read) {
-          if (stopRequested(header)) break;
-          awaitPublished(header, read);
-          continue;
-        }
-        if (payload[read & mask] !== expected) Atomics.add(header, OUT_OF_ORDER, 1);
-        expected++;
-        read = seqAdd(read, 1);
-        release(header, read);
         maybePause();
       }
     }

@@ -1,17 +1,16 @@
 /**
- * Sealing a whole PacketBatch in place. The same code runs in the worker threads and, for the
- * inline pool, on the main thread. (Opening runs where datagrams are received:
- * session/transport-opener.ts.) The transport format (headers, padding) is
- * written here; the AEAD then runs over the batch's slots in one call (crypto/aead-slots.ts),
- * which for openssl-ffi is one foreign call per batch instead of one per packet.
+ * Sealing a run of packets in place, each in its own fixed-size slot: the transport format
+ * (headers, padding) is written here, then the AEAD runs over all the slots in one call
+ * (crypto/aead-slots.ts), which for openssl-ffi is one foreign call per run instead of one per
+ * packet. The TUN readers' sealer (transport-sealer.ts) seals each run of packets to one peer
+ * with it. (Opening runs where datagrams are received: transport-opener.ts.)
  *
- * An all-zero key is refused for the whole batch (see transport.ts): every slot's length becomes
- * SLOT_ZERO_KEY, which the pipelines count as 'zero-key'. The result travels in the batch's own
- * shared lengths, so every pool (inline, ring) reports it without a change of protocol.
+ * An all-zero key is refused for the whole run (see transport.ts): every slot's length becomes
+ * SLOT_ZERO_KEY, which the sealer records as ZERO_KEY_REFUSED.
  */
 import type { SlotAead } from '../crypto/primitives.ts';
 import { TAG_SIZE, TRANSPORT_HEADER_SIZE, paddedLength, writeTransportHeader } from '../noise/messages.ts';
-import { isZeroKey32 } from '../session/transport.ts';
+import { isZeroKey32 } from './transport.ts';
 
 /** Every slot's length after sealing with an all-zero key: refused, nothing done. */
 export const SLOT_ZERO_KEY = -2;
