@@ -220,23 +220,32 @@ describe('relay needed, relayed, and back to direct', () => {
     assert.equal(done.routes.size + done.requests.size, 0, 'left the relay: nothing asked any more');
   });
 
-  test('a direct trial that hears nothing goes back to the relay, and tries again only on a change or after retryMs', () => {
+  /**
+   * r1 and r2 asking for each other, the relay the rule picks allocating their pair; `step` is r1's
+   * decision with the data plane at `endpoint` having received `rx` bytes from r2, at `clock.now`.
+   */
+  function relayedPair() {
     const id = relayPairId(k.r1, k.r2);
     const via = chooseRelay(id, ['c1', 'c2'], ['c1', 'c2'])! as 'c1' | 'c2';
     const allocations = new Map([[id, [51900, 51901] as [number, number]]]);
     const nodes = world({ r1: { requests: new Map([[k.r2, ['c1', 'c2']]]) }, r2: { requests: new Map([[k.r1, ['c1', 'c2']]]) }, [via]: { allocations } });
     const memory: RelayClientMemory = new Map();
-    let now = 1_000_000;
+    const clock = { now: 1_000_000 };
     const step = (rx: number, endpoint: string, previous?: Map<string, { endpoint: string; via: string }>) =>
-      decideRelays(clientInput(nodes, 'r1', { unreachable: new Set([k.r2]), nowWallMs: now, retryMs: 60_000, device: new Map([[k.r2, { endpoint, rxBytes: rx }]]) }), memory, previous);
+      decideRelays(clientInput(nodes, 'r1', { unreachable: new Set([k.r2]), nowWallMs: clock.now, retryMs: 60_000, device: new Map([[k.r2, { endpoint, rxBytes: rx }]]) }), memory, previous);
+    return { step, clock, direct: clientInput(nodes, 'r1').peers.get(k.r2)!.endpoint! };
+  }
+
+  test('a direct trial that hears nothing goes back to the relay, and tries again only on a change or after retryMs', () => {
+    const { step, clock } = relayedPair();
     const first = step(0, '');
     const relayEndpoint = first.routes.get(k.r2)!.endpoint;
-    now += 30_000;
+    clock.now += 30_000;
     assert.deepEqual(step(100, relayEndpoint, first.routes).events, [], 'nothing changed: no trial before retryMs');
-    now += 30_000;
+    clock.now += 30_000;
     const trial = step(100, relayEndpoint, first.routes);
     assert.deepEqual(trial.events.map((e) => e.kind), ['direct-trial']);
-    now += 10_000;
+    clock.now += 10_000;
     // Packets kept coming only through the relay (the data plane roamed back to it): failed.
     const failed = step(200, relayEndpoint, trial.routes);
     assert.deepEqual(failed.events.map((e) => e.kind), ['direct-trial-failed', 'relayed']);
@@ -244,33 +253,25 @@ describe('relay needed, relayed, and back to direct', () => {
   });
 
   test('a datagram through the relay landing after the switch does not end a direct trial: direct is written again, and only what arrives after counts', () => {
-    const id = relayPairId(k.r1, k.r2);
-    const via = chooseRelay(id, ['c1', 'c2'], ['c1', 'c2'])! as 'c1' | 'c2';
-    const allocations = new Map([[id, [51900, 51901] as [number, number]]]);
-    const nodes = world({ r1: { requests: new Map([[k.r2, ['c1', 'c2']]]) }, r2: { requests: new Map([[k.r1, ['c1', 'c2']]]) }, [via]: { allocations } });
-    const direct = clientInput(nodes, 'r1').peers.get(k.r2)!.endpoint!;
-    /** One trial in which a relayed datagram roams r1 back; then `rxAtEnd` bytes in all, the data plane at `direct`. */
+    /** One trial in which a relayed datagram roams r1 back; then `rxAtEnd` bytes in all, the data plane at the direct endpoint. */
     const trialWithLateRelayDatagram = (rxAtEnd: number) => {
-      const memory: RelayClientMemory = new Map();
-      let now = 1_000_000;
-      const step = (rx: number, endpoint: string, previous?: Map<string, { endpoint: string; via: string }>) =>
-        decideRelays(clientInput(nodes, 'r1', { unreachable: new Set([k.r2]), nowWallMs: now, retryMs: 60_000, device: new Map([[k.r2, { endpoint, rxBytes: rx }]]) }), memory, previous);
+      const { step, clock, direct } = relayedPair();
       const first = step(0, '');
       const relayEndpoint = first.routes.get(k.r2)!.endpoint;
       assert.equal(first.directNow.size, 0, 'relayed: nothing direct to write');
-      now += 60_000;
+      clock.now += 60_000;
       const trial = step(100, relayEndpoint, first.routes);
       assert.deepEqual(trial.events.map((e) => e.kind), ['direct-trial']);
       assert.deepEqual([...trial.directNow], [k.r2], 'a trial starts: written, with a packet');
-      now += 2000;
+      clock.now += 2000;
       assert.equal(step(150, direct, trial.routes).directNow.size, 0, 'still at the direct endpoint: nothing to write again');
-      now += 2000;
+      clock.now += 2000;
       // A keepalive the peer sent through the relay before its own switch lands: the data plane roamed back.
       const roamedBack = step(180, relayEndpoint, trial.routes);
       assert.deepEqual(roamedBack.events, [], 'the trial goes on');
       assert.deepEqual([...roamedBack.directNow], [k.r2], 'direct is written again');
       assert.equal(roamedBack.routes.has(k.r2), false, 'and not the relay');
-      now += 7000;
+      clock.now += 7000;
       return step(rxAtEnd, direct, trial.routes).events.map((e) => e.kind);
     };
     // The 180 bytes came through the relay; nothing since: failed.
