@@ -267,6 +267,11 @@ table inet router {
   async narrowRouterUplink(router: Router, mtu: number): Promise<void> {
     await router.ns.ip(['link', 'set', router.wan.ifname, 'mtu', String(mtu)]);
     await this.fabric.ip(['link', 'set', router.wan.fabricIfname, 'mtu', String(mtu)]);
+    // A UDP GSO run (one skb carrying many datagrams) passes a veth whatever its MTU; one segment
+    // per skb on the way into the hop makes the kernel split the run first, so that each datagram
+    // meets the MTU as it would on a real link.
+    await this.fabric.ip(['link', 'set', router.wan.fabricIfname, 'gso_max_segs', '1']);
+    await router.ns.ip(['link', 'set', router.wan.ifname, 'gso_max_segs', '1']);
     await router.ns.exec('nft', ['-f', '-'], {
       input: `table inet blackhole {
   chain sent {

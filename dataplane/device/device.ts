@@ -165,7 +165,7 @@ export class Device {
       bind.takeReceived?.();
       for (let i = 0; i < count; i++) core.sendPacket(packets[i]);
     });
-    this.ticker = setInterval(() => this.core.tick(), TICK_INTERVAL_MS);
+    this.ticker = setInterval(() => this.tick(), TICK_INTERVAL_MS);
     this.threadsRunning = Promise.all([this.bind.ready?.(), this.tun.ready?.()]).then(() => {
       this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, TUN queues ${this.tun.readPerQueue?.length ?? 1}`);
       if (this.bind.openerFailed === true) {
@@ -177,6 +177,28 @@ export class Device {
       }
     });
     this.threadsRunning.catch(() => {}); // reported to whoever awaits running()
+  }
+
+  /**
+   * The device's timer: the MTU first (padding follows `ip link set mtu`, which wg-quick and the
+   * agent run after the daemon started), then the protocol's timer rules.
+   */
+  tick(): void {
+    this.followMtu();
+    this.core.tick();
+  }
+
+  /**
+   * Pads for the device's MTU as it is now. A stale larger one padded a packet past the MTU that
+   * was set (up to 15 bytes): with an outer MTU sized to the tunnel's, and DF, such datagrams are
+   * dropped on the way. One ioctl a tick on Linux.
+   */
+  private followMtu(): void {
+    const mtu = this.tun.mtu;
+    if (mtu === this.core.mtu || !(mtu > 0)) return;
+    this.core.mtu = mtu;
+    this.tun.sendingMtu?.(mtu);
+    this.logger.verbose(`MTU is now ${mtu}: packets are padded for it`);
   }
 
   /**

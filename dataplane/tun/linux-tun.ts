@@ -257,6 +257,10 @@ export class LinuxTun implements Tun, Liveness, QueueOwner {
     this.onSent = onSent;
   }
 
+  sendingMtu(mtu: number): void {
+    for (const queue of this.queues) queue.sendingMtu(mtu);
+  }
+
   /** Whether a reader thread could not load an AEAD provider (it then seals nothing: the main thread does). */
   get senderFailed(): boolean {
     return this.queues.some((q) => q.senderFailed);

@@ -89,6 +89,10 @@ export class MemoryTun implements Tun {
     this.sending = { sealer, send: sending.send, onSent };
   }
 
+  sendingMtu(mtu: number): void {
+    if (this.sending !== undefined) this.sending.sealer.mtu = mtu;
+  }
+
   /** True for a MemoryTun made with `sealsItself: false` (see MemoryTunOptions). */
   get senderFailed(): boolean {
     return !this.sealsItself;

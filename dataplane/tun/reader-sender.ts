@@ -42,14 +42,15 @@ export interface ReaderSendingConfig {
   posted: SharedArrayBuffer;
   /** The sockets (duplicates: this thread closes them), or undefined until the bind is open. */
   sockets: ThreadSockets | undefined;
+  /** The MTU packets are padded for (the device's; a later change comes as a SenderMessage). */
   mtu: number;
 }
 
-/** A change, posted by the main thread: the bind's sockets after it reopened (fresh duplicates). */
-export interface SenderMessage {
-  kind: 'sockets';
-  sockets: ThreadSockets;
-}
+/**
+ * A change, posted by the main thread: the bind's sockets after it reopened (fresh duplicates),
+ * or the device's MTU after `ip link set mtu` (what the padding is computed for).
+ */
+export type SenderMessage = { kind: 'sockets'; sockets: ThreadSockets } | { kind: 'mtu'; mtu: number };
 
 export class ReaderSender {
   private readonly sealer: TransportSealer;
@@ -191,8 +192,13 @@ export class ReaderSender {
     if (posted === this.postedSeen) return;
     this.postedSeen = posted;
     for (let m = receiveMessageOnPort(this.config.port); m !== undefined; m = receiveMessageOnPort(this.config.port)) {
+      const message = m.message as SenderMessage;
+      if (message.kind === 'mtu') {
+        this.sealer.mtu = message.mtu;
+        continue;
+      }
       this.closeSockets();
-      this.sockets = (m.message as SenderMessage).sockets;
+      this.sockets = message.sockets;
     }
   }
 

@@ -72,6 +72,8 @@ export class TunQueue {
   private worker: Worker | undefined;
   private wakeFd = -1;
   private stopFeeding: (() => void) | undefined;
+  /** Posts a change to the reader's sender (set while it sends). */
+  private postToSender: ((message: SenderMessage) => void) | undefined;
   private readSeq = 0;
   private pumpScheduled = false;
   private stopped = false;
@@ -153,11 +155,13 @@ export class TunQueue {
       this.wakeReader(); // it may sit in poll, holding the replaced sockets open
     };
     const sessions = shareSessions(sending.keypairs, sending.indices, sending.routes, (m) => sessionsChannel.port1.postMessage(m), sending.sendTable);
+    this.postToSender = post;
     const stopSockets = sending.sockets?.onChange(() => {
       const sockets = sending.sockets!.current();
       if (sockets !== undefined) post({ kind: 'sockets', sockets });
     });
     this.stopFeeding = () => {
+      this.postToSender = undefined;
       sessions.stop();
       stopSockets?.();
       sessionsChannel.port1.close();
@@ -167,6 +171,11 @@ export class TunQueue {
     return {
       sessions: sessions.init, sessionsPort: sessionsChannel.port2, port: senderChannel.port2, posted, sockets: sending.sockets?.current(), mtu: sending.mtu, selection: sending.selection,
     };
+  }
+
+  /** The MTU the reader pads the packets it seals for, from now on (no effect without sending). */
+  sendingMtu(mtu: number): void {
+    this.postToSender?.({ kind: 'mtu', mtu });
   }
 
   /** Waits (until `deadline`, a performance.now() time) for the reader thread to begin. */

@@ -49,7 +49,7 @@ export interface TunSending {
   indices: SharedIndexMap;
   sendTable: PeerSendTable;
   routes: RoutesFeed;
-  /** The MTU the padding is computed for (the device's, when sending starts). */
+  /** The MTU the padding is computed for (the device's when sending starts; later ones through sendingMtu). */
   mtu: number;
   /** The AEAD, for a Tun that seals on the calling thread (MemoryTun). */
   aead: SlotAead;
@@ -89,6 +89,8 @@ export interface Tun {
    * books of it, before the handler gets the packets of the same read.
    */
   sendOnThread?(sending: TunSending, onSent: SentHandler): void;
+  /** With sendOnThread: the MTU the packets it seals are padded for, from now on (the device's changed). */
+  sendingMtu?(mtu: number): void;
   /** True when the Tun's thread could not load an AEAD provider to seal with (the main thread then seals everything). */
   readonly senderFailed?: boolean;
   /**

@@ -108,6 +108,37 @@ describe('device pipelines', () => {
   }
 });
 
+describe('the MTU padding is computed for', () => {
+  for (const mode of ['TUN seals', 'TUN leaves all'] as const) {
+    test(`${mode}: follows the device's MTU once it changes (ip link set mtu after start)`, async () => {
+      const pair = await makeDevicePair(crypto, { tunSeals: mode === 'TUN seals' });
+      try {
+        const sizes: number[] = [];
+        pair.network.filter = (from, _to, d) => {
+          if (from.host === '192.0.2.1' && d[0] === 4) sizes.push(d.length);
+          return true;
+        };
+        // 1270 bytes of IP packet: padded to 1280 under MTU 1420; under 1276 only up to the MTU.
+        const packet = (seq: number) => buildEchoRequest({ src: '10.0.0.1', dst: '10.0.0.2', id: 5, seq, payload: new Uint8Array(1270 - 28) });
+        pair.a.tun.inject(packet(0));
+        await until(() => pair.b.tun.written.length === 1);
+        pair.a.tun.inject(packet(1));
+        await until(() => pair.b.tun.written.length === 2);
+        assert.equal(sizes.at(-1), 16 + 1280 + 16, 'padded to a multiple of 16 under MTU 1420');
+        pair.a.tun.setMtu(1276);
+        pair.a.device.tick();
+        pair.a.tun.inject(packet(2));
+        await until(() => pair.b.tun.written.length === 3);
+        assert.equal(sizes.at(-1), 16 + 1276 + 16, 'padded no further than the new MTU');
+        assert.equal(pair.a.device.core.mtu, 1276);
+        assert.equal(pair.a.tun.sealerCounts?.sealed ?? 0, mode === 'TUN seals' ? 2 : 0, mode === 'TUN seals' ? 'the TUN\'s sealer padded them' : 'the core padded them');
+      } finally {
+        await pair.close();
+      }
+    });
+  }
+});
+
 describe('start-up: open, then running', () => {
   /** A MemoryTun whose ready() is a promise the test settles itself (a reader thread still booting). */
   function gatedTun() {

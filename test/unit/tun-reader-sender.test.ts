@@ -149,4 +149,16 @@ describe('TUN reader: sealing and sending on its own thread', () => {
     await until(() => got.length === before + 1 && books.length === 1, 5000, 'the datagram and its books');
     assert.deepEqual(books[0].slice(0, 3), [PEER, SOURCE_REFUSED, 1]);
   });
+
+  test('a new MTU reaches the reader: what it seals from then on is padded no further than it', async () => {
+    const before = got.length;
+    inject(packetTo('10.0.0.2', 1270, 6));
+    await until(() => got.length === before + 1, 5000, 'the first datagram');
+    assert.equal(got.at(-1)!.data.length, 16 + 1280 + 16, 'padded to a multiple of 16 under MTU 1420');
+    tun.sendingMtu(1276);
+    inject(packetTo('10.0.0.2', 1270, 7));
+    await until(() => got.length === before + 2, 5000, 'the second datagram');
+    assert.equal(got.at(-1)!.data.length, 16 + 1276 + 16, 'padded up to the new MTU only');
+    tun.sendingMtu(1420);
+  });
 });
