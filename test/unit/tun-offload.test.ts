@@ -190,6 +190,13 @@ describe('TUN offload: checksums', () => {
         assert.equal(slow, reference, `reference, offset ${offset} length ${length}`);
       }
     }
+    // The largest sums: 64 KiB of 0xff (every word at its maximum) and of 0x80.
+    for (const fill of [0xff, 0x80]) {
+      const big = new SharedArrayBuffer(65536 + 8);
+      new Uint8Array(big).fill(fill);
+      const view = new Uint8Array(big);
+      assert.equal(fold(sum16(view, 4, 65540, wordsOf(big))), fold(sum16(view, 4, 65540)), `64 KiB of ${fill}`);
+    }
   });
 
   test('completeChecksum finishes a partial TCP and UDP checksum; a UDP zero becomes 0xffff', () => {
