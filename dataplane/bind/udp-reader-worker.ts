@@ -154,7 +154,7 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opening?: Read
     const words = opening!.sessions.sendChunkAt(peer >> SEND_CHUNK_SHIFT);
     if (words === undefined || !readSendTarget(words, peer & (SEND_CHUNK_ENTRIES - 1), target)) return false;
     const local = slot * LOCAL_WORDS;
-    return !fromTarget(target, bytes, offsets.names + slot * NAME_SIZE, locals[local + LOCAL_FAMILY], localBytes.subarray(local * 4, local * 4 + 16));
+    return !fromTarget(target, bytes, offsets.names + slot * NAME_SIZE, locals[local + LOCAL_FAMILY], localBytes, local * 4);
   };
 
   /** The reader's last act; a non-zero errno raises READER_FAILED. */

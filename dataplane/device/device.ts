@@ -240,6 +240,7 @@ export class Device {
   stats(): DeviceStats {
     const counts = this.core.drops;
     const drops: Record<string, number> = {};
+    const queueReads = this.tun.readPerQueue;
     for (const reason of DROP_REASONS) drops[reason] = counts.get(reason);
     const peers = [];
     for (const peer of this.core.peers) {
@@ -267,11 +268,11 @@ export class Device {
     return {
       version: STATS_VERSION,
       // The threads that seal: the TUN's readers, one per queue (0: a TUN without a reader thread).
-      workerThreads: this.tun.readPerQueue?.length ?? 0,
+      workerThreads: queueReads?.length ?? 0,
       drops,
       pipelineStalls,
       pipelineStalledMs: Math.round(pipelineStalledMs),
-      tunQueueReads: this.tun.readPerQueue,
+      tunQueueReads: queueReads,
       peers,
     };
   }

@@ -130,18 +130,18 @@ export function readSendTarget(words: Int32Array, index: number, out: SendTarget
 
 /**
  * Whether a datagram from the sockaddr at `name[at]` (struct sockaddr_in / sockaddr_in6), that
- * arrived on our local address `local` (the first 4 or 16 bytes; `localFamily` 0 when unknown),
+ * arrived on our local address at `local[localAt]` (4 or 16 bytes; `localFamily` 0 when unknown),
  * comes from where `target` sends to, from where it sends: false means the peer moved (it roamed,
  * or its datagrams now reach another of our addresses), which the main thread must learn soon.
  */
-export function fromTarget(target: SendTarget, name: Uint8Array, at: number, localFamily: number, local: Uint8Array): boolean {
+export function fromTarget(target: SendTarget, name: Uint8Array, at: number, localFamily: number, local: Uint8Array, localAt: number): boolean {
   const v4 = target.family === 4;
   const family = name[at] | (name[at + 1] << 8);
   if (family !== (v4 ? 2 : 10) || ((name[at + 2] << 8) | name[at + 3]) !== target.port) return false;
   const start = at + (v4 ? 4 : 8);
   for (let i = 0, n = v4 ? 4 : 16; i < n; i++) if (name[start + i] !== target.address[i]) return false;
   if (target.sourceFamily !== localFamily) return false;
-  for (let i = 0, n = localFamily === 4 ? 4 : localFamily === 6 ? 16 : 0; i < n; i++) if (local[i] !== target.sourceAddress[i]) return false;
+  for (let i = 0, n = localFamily === 4 ? 4 : localFamily === 6 ? 16 : 0; i < n; i++) if (local[localAt + i] !== target.sourceAddress[i]) return false;
   return true;
 }
 
