@@ -158,6 +158,11 @@ export interface Libc {
    * the buffer for as long as the kernel may use the address.
    */
   address(view: Uint8Array): number;
+  /**
+   * memmove(3) between raw addresses (see {@link Libc.address}); sys/copy-bytes.ts is the one
+   * caller, and checks both ranges against their views first.
+   */
+  memmove(dst: number, src: number, length: number): void;
   /** errno of the calling thread, as left by the last failed call made through this binding. */
   errno(): number;
 }
@@ -215,6 +220,8 @@ async function bindWithKoffi(): Promise<Libc> {
       })(),
       // koffi.address() takes typed arrays (since koffi 2.16) and includes their byteOffset.
       address: (view: Uint8Array) => Number(koffi.address(view)),
+      // Addresses as integers: no typed array to resolve per call (sys/copy-bytes.ts).
+      memmove: f('void memmove(uintptr_t dst, uintptr_t src, size_t length)') as Libc['memmove'],
       errno: () => koffi.errno(),
     };
   }
@@ -243,6 +250,7 @@ async function bindWithBunFfi(): Promise<Libc> {
     sendto: { args: ['i32', 'ptr', 'u64', 'i32', 'ptr', 'u32'], returns: 'i32' },
     sendmmsg: { args: ['i32', 'ptr', 'u32', 'i32'], returns: 'i32' },
     recvmmsg: { args: ['i32', 'ptr', 'u32', 'i32', 'ptr'], returns: 'i32' },
+    memmove: { args: ['ptr', 'ptr', 'u64'], returns: 'void' },
     __errno_location: { args: [], returns: 'ptr' },
   };
   const errors: string[] = [];
@@ -279,6 +287,7 @@ async function bindWithBunFfi(): Promise<Libc> {
       sendmmsg: s.sendmmsg as Libc['sendmmsg'],
       recvmmsg: (fd, msgvec, vlen, flags) => s.recvmmsg(fd, msgvec, vlen, flags, null) as number,
       address: (view) => ffi.ptr(view),
+      memmove: s.memmove as Libc['memmove'],
       errno: () => read.i32(errnoAddress, 0),
     };
   }

@@ -34,10 +34,14 @@
  * ends its flow's run there (order within a flow is kept). The first segment of a run is only
  * verified once a second one could join it: a packet written alone is the kernel's to check.
  *
- * All helpers here are pure functions over byte arrays (unit-tested in test/unit/tun-offload.test.ts).
+ * All helpers here are pure functions over byte arrays (unit-tested in test/unit/tun-offload.test.ts);
+ * the two that copy payloads take the copy to use (sys/copy-bytes.ts: Node's copies between
+ * shared buffers are slow unless done by address).
  * virtio_net_hdr fields are in host byte order (little-endian on x86-64 and AArch64), as a TUN
  * device without TUNSETVNETLE uses on those hosts.
  */
+
+import { copyBySet, type CopyBytes } from '../sys/copy-bytes.ts';
 
 /** sizeof(struct virtio_net_hdr): the TUN default vnet header size. */
 export const VNET_HDR_SIZE = 10;
@@ -243,15 +247,15 @@ export function planSegments(p: Uint8Array, length: number, h: VnetHeader, plan:
 /**
  * Writes segment `i` of the super-packet `p` (planned by planSegments) at the start of `out`, with
  * its headers fixed and its TCP checksum computed; returns the segment's length. `words` (see
- * sum16) speeds up the checksum when it views `out`'s buffer.
+ * sum16) speeds up the checksum when it views `out`'s buffer; `copy` moves the payload.
  */
-export function writeSegment(p: Uint8Array, plan: SegmentPlan, i: number, out: Uint8Array, words?: Uint32Array): number {
+export function writeSegment(p: Uint8Array, plan: SegmentPlan, i: number, out: Uint8Array, words?: Uint32Array, copy: CopyBytes = copyBySet): number {
   const { headerLength, segmentSize, l4, v6 } = plan;
   const start = headerLength + i * segmentSize;
   const size = Math.min(segmentSize, plan.payloadLength - i * segmentSize);
   const length = headerLength + size;
   for (let k = 0; k < headerLength; k++) out[k] = p[k];
-  out.set(p.subarray(start, start + size), headerLength);
+  copy(out, headerLength, p, start, start + size);
   if (v6) {
     const payload = length - 40;
     out[4] = payload >>> 8;
@@ -371,12 +375,12 @@ const LOOKAHEAD = 64;
  * has room for a vnet header and MAX_COALESCED bytes; `write(buffer, length)` gets each packet
  * to write with its vnet header first (the same buffer again and again: it must be written at
  * once) and returns whether the kernel took it. `done` (a scratch array of at least `count`
- * entries) marks packets already gathered into an earlier write. Returns the number of packets
- * the kernel took (counting each coalesced segment).
+ * entries) marks packets already gathered into an earlier write; `copy` moves the bytes. Returns
+ * the number of packets the kernel took (counting each coalesced segment).
  */
 export function coalesceAndWrite(
   packets: readonly Uint8Array[], count: number, buffer: Uint8Array, done: Uint8Array,
-  write: (buffer: Uint8Array, length: number) => boolean,
+  write: (buffer: Uint8Array, length: number) => boolean, copy: CopyBytes = copyBySet,
 ): number {
   let written = 0;
   done.fill(0, 0, count);
@@ -389,14 +393,14 @@ export function coalesceAndWrite(
     if (l4 === 0 || length > MAX_COALESCED) {
       if (length === 0 || length > buffer.length - H) continue; // counted as an error by the caller (written < count)
       writeVnetHeader(buffer, 0, 0, GSO_NONE, 0, 0, 0, 0);
-      buffer.set(p, H);
+      copy(buffer, H, p, 0, length);
       if (write(buffer, H + length)) written++;
       continue;
     }
     const tcpHeader = (p[l4 + 12] >> 4) * 4;
     const headerLength = l4 + tcpHeader;
     const segmentSize = length - headerLength;
-    buffer.set(p, H);
+    copy(buffer, H, p, 0, length);
     let total = length;
     let segments = 1;
     let nextSeq = (readU32(p, l4 + 4) + segmentSize) >>> 0;
@@ -417,7 +421,7 @@ export function coalesceAndWrite(
       // Neither a bad first segment nor a bad next one is merged (see the module comment).
       if (segments === 1 && !segmentChecksumsValid(p, l4)) break;
       if (!segmentChecksumsValid(q, l4)) break;
-      buffer.set(q.subarray(headerLength), H + total);
+      copy(buffer, H + total, q, headerLength, q.length);
       total += size;
       segments++;
       nextSeq = (nextSeq + size) >>> 0;

@@ -41,6 +41,7 @@ import { ReaderSender, type ReaderSendingConfig } from './reader-sender.ts';
 import { SentBooks } from './sent-books.ts';
 import { VNET_READ_SIZE, wordsOf } from './offload.ts';
 import { VNET_READ_REFUSED, VNET_READ_STOPPED, VnetReader, type SlotSink } from './vnet-read.ts';
+import { copierFor } from '../sys/copy-bytes.ts';
 
 export interface ReaderConfig {
   /** The TUN fd, opened with O_NONBLOCK. */
@@ -131,7 +132,7 @@ function readLoop(libc: Libc, config: ReaderConfig, sender: ReaderSender | undef
 
   // With a vnet header: reads land in a private buffer and are copied or split into ring slots
   // (vnet-read.ts).
-  const vnet = config.vnetHeader === true ? new VnetReader(room, wordsOf(config.buffer)) : undefined;
+  const vnet = config.vnetHeader === true ? new VnetReader(room, wordsOf(config.buffer), copierFor(libc)) : undefined;
 
   /** Waits until a slot is free (finishing the round first); false when a stop was requested meanwhile. */
   const waitForRoom = (): boolean => {

@@ -8,16 +8,19 @@
  * docs/data-workers.md step 2b); each keeps its own scratch buffers, so neither waits for the other.
  */
 import type { Libc } from '../sys/libc.ts';
+import { copierFor, type CopyBytes } from '../sys/copy-bytes.ts';
 import { flowQueue } from './flow-queue.ts';
 import { MAX_COALESCED, VNET_HDR_SIZE, coalesceAndWrite } from './offload.ts';
 
 export class TunPacketWriter {
   private buffer: Uint8Array | undefined;
   private done = new Uint8Array(256);
+  private readonly copy: CopyBytes;
 
   /** `fds`: one descriptor per queue of the device, in queue order. */
   constructor(private readonly libc: Libc, private readonly fds: readonly number[], private readonly vnetHeader: boolean, private readonly offloads: number) {
     if (fds.length === 0) throw new RangeError('a TUN writer needs at least one descriptor');
+    this.copy = copierFor(libc);
   }
 
   /** Writes the first `count` packets; returns how many the kernel took (each coalesced segment counts). Never throws for a refused packet. */
@@ -32,10 +35,11 @@ export class TunPacketWriter {
       return written;
     }
     // Coalesced per TCP flow when the kernel takes TSO; a vnet header on every write in any case.
-    const buffer = (this.buffer ??= new Uint8Array(VNET_HDR_SIZE + MAX_COALESCED));
+    // Shared, as the rings the packets come from are: copy-bytes.ts copies between shared buffers by address under Node.
+    const buffer = (this.buffer ??= new Uint8Array(new SharedArrayBuffer(VNET_HDR_SIZE + MAX_COALESCED)));
     if (this.done.length < count) this.done = new Uint8Array(Math.max(count, 2 * this.done.length));
     return this.offloads !== 0 && count > 1
-      ? coalesceAndWrite(packets, count, buffer, this.done, this.writeOne)
+      ? coalesceAndWrite(packets, count, buffer, this.done, this.writeOne, this.copy)
       : this.writeEach(packets, count, buffer);
   }
 
@@ -54,7 +58,7 @@ export class TunPacketWriter {
       const packet = packets[i];
       const length = packet.length;
       if (length === 0 || length > buffer.length - VNET_HDR_SIZE) continue;
-      buffer.set(packet, VNET_HDR_SIZE);
+      this.copy(buffer, VNET_HDR_SIZE, packet, 0, length);
       if (this.writeOne(buffer, VNET_HDR_SIZE + length)) written++;
     }
     return written;

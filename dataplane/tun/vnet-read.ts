@@ -12,6 +12,7 @@ import {
   GSO_NONE, VNET_F_NEEDS_CSUM, VNET_HDR_SIZE, VNET_READ_SIZE, completeChecksum, newSegmentPlan, planSegments, readVnetHeader, wordsOf,
   writeSegment, type SegmentPlan, type VnetHeader,
 } from './offload.ts';
+import { copyBySet, type CopyBytes } from '../sys/copy-bytes.ts';
 
 /** Where the packets of one read go: the caller's ring slots. */
 export interface SlotSink {
@@ -36,12 +37,14 @@ export class VnetReader {
 
   /**
    * `slotSize`: the size of every slot the sink hands out. `slotWords` (see offload.ts sum16):
-   * a 32-bit view of the buffer the slots lie in, for the segments' checksums.
+   * a 32-bit view of the buffer the slots lie in, for the segments' checksums. `copy`: how bytes
+   * move into the slots (sys/copy-bytes.ts).
    */
-  constructor(private readonly slotSize: number, private readonly slotWords?: Uint32Array) {
+  constructor(private readonly slotSize: number, private readonly slotWords?: Uint32Array, private readonly copy: CopyBytes = copyBySet) {
     // Reads land 2 bytes in, so that the IP packet after the 10-byte header starts 4-byte
-    // aligned (the checksum reads 32-bit words).
-    const scratch = new Uint8Array(2 + VNET_READ_SIZE);
+    // aligned (the checksum reads 32-bit words). Shared, as the slots are: copy-bytes.ts copies
+    // between shared buffers by address under Node.
+    const scratch = new Uint8Array(new SharedArrayBuffer(2 + VNET_READ_SIZE));
     this.target = scratch.subarray(2);
     this.packet = scratch.subarray(2 + VNET_HDR_SIZE);
     this.scratchWords = wordsOf(scratch.buffer);
@@ -61,7 +64,7 @@ export class VnetReader {
       if ((h.flags & VNET_F_NEEDS_CSUM) !== 0 && !completeChecksum(p, length, h.csumStart, h.csumOffset, this.scratchWords)) return VNET_READ_REFUSED;
       const slot = sink.slot();
       if (slot === undefined) return VNET_READ_STOPPED;
-      slot.set(p.subarray(0, length));
+      this.copy(slot, 0, p, 0, length);
       sink.filled(length);
       return 1;
     }
@@ -70,7 +73,7 @@ export class VnetReader {
     for (let i = 0; i < plan.segments; i++) {
       const slot = sink.slot();
       if (slot === undefined) return VNET_READ_STOPPED;
-      sink.filled(writeSegment(p, plan, i, slot, this.slotWords));
+      sink.filled(writeSegment(p, plan, i, slot, this.slotWords, this.copy));
     }
     return plan.segments;
   }
