@@ -320,7 +320,10 @@ export function renderMarkdown(results: BenchResults): string {
       const top = [...byProcess].sort((a, b) => b[1] - a[1]).slice(0, 2).map(([p, sec]) => `${p} ${sec.toFixed(1)} s`).join(', ');
       facts.push(`⚠ other processes used ${(s.summary.foreignCpuLoad * 100).toFixed(0)} % of a core during the runs (${top})`);
     }
-    if (s.info['crypto threads'] !== undefined || s.info.crypto) facts.push(`crypto threads ${s.info['crypto threads'] ?? '?'} (${s.info.crypto ?? 'providers unknown'})`);
+    // Today's daemon has a data thread per TUN queue; a baseline from before it had a crypto pool.
+    const threads = s.info['TUN queues'] !== undefined ? `TUN queues ${s.info['TUN queues']} (a data thread each)`
+      : s.info['crypto threads'] !== undefined ? `crypto threads ${s.info['crypto threads']}` : undefined;
+    if (threads !== undefined || s.info.crypto) facts.push(`${threads ?? 'threads unknown'} (${s.info.crypto ?? 'providers unknown'})`);
     if (s.primeGbps !== undefined) facts.push(`cold-start priming transfer ${s.primeGbps.toFixed(2)} Gbit/s`);
     if (s.ping && s.ping.received < s.ping.sent) facts.push(`${s.ping.sent - s.ping.received} of ${s.ping.sent} pings lost`);
     if (s.ping && s.ping.rttsMs.length > 0) facts.push(`ping max ${Math.max(...s.ping.rttsMs).toFixed(2)} ms`);

@@ -97,6 +97,18 @@ describe('throughput rows and ratios', () => {
     const throughput = md.indexOf('### Throughput');
     assert.ok(main >= 0 && throughput > main);
   });
+
+  test('each roamguard subject names its data threads: TUN queues today, a crypto pool in an old baseline', () => {
+    const results = sampleResults();
+    const node = results.subjects.find((s) => s.id === 'node')!;
+    const bun = results.subjects.find((s) => s.id === 'bun')!;
+    node.info = { 'TUN queues': '2', crypto: 'aead=openssl-ffi' };
+    bun.info = { 'crypto threads': '2', crypto: 'aead=openssl-ffi' };
+    const md = renderMarkdown(results);
+    assert.match(md, /- roamguard node: TUN queues 2 \(a data thread each\) \(aead=openssl-ffi\)/);
+    assert.match(md, /- roamguard bun: crypto threads 2 \(aead=openssl-ffi\)/);
+    assert.ok(!md.includes('crypto threads ?'));
+  });
 });
 
 describe('what the bench runs', () => {
