@@ -10,8 +10,15 @@
  * directions (its order kept). Any stable function of the flow serves; this one is cheap.
  */
 
-const TCP = 6;
-const UDP = 17;
+/**
+ * Protocols whose header starts with the ports: TCP (6) and UDP (17). A table, so that every
+ * packet takes the same test: with `protocol === TCP || protocol === UDP`, V8 compiled the second
+ * compare only as a bail-out while TCP alone flowed, and threw the optimized writer away at the
+ * first ICMP packet after a transfer (seen with --trace-deopt on an idle ping).
+ */
+const HAS_PORTS = new Uint8Array(256);
+HAS_PORTS[6] = 1;
+HAS_PORTS[17] = 1;
 
 /** Mixes one 32-bit word into the hash (multiply-rotate; good enough to spread flows). */
 function mix(hash: number, word: number): number {
@@ -48,6 +55,6 @@ export function flowQueue(bytes: Uint8Array, offset: number, length: number, que
     return 0;
   }
   hash = mix(hash, protocol);
-  if ((protocol === TCP || protocol === UDP) && l4 > 0 && length >= l4 + 4) hash = mix(hash, word(bytes, offset + l4));
+  if (HAS_PORTS[protocol] === 1 && l4 > 0 && length >= l4 + 4) hash = mix(hash, word(bytes, offset + l4));
   return (hash >>> 0) % queues;
 }

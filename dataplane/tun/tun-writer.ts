@@ -35,10 +35,12 @@ export class TunPacketWriter {
       return written;
     }
     // Coalesced per TCP flow when the kernel takes TSO; a vnet header on every write in any case.
+    // A lone packet takes the same path as a batch: one path stays warm in the JIT, where a
+    // separate one for single packets ran unoptimized on an idle ping after a bulk transfer.
     // Shared, as the rings the packets come from are: copy-bytes.ts copies between shared buffers by address under Node.
     const buffer = (this.buffer ??= new Uint8Array(new SharedArrayBuffer(VNET_HDR_SIZE + MAX_COALESCED)));
     if (this.done.length < count) this.done = new Uint8Array(Math.max(count, 2 * this.done.length));
-    return this.offloads !== 0 && count > 1
+    return this.offloads !== 0
       ? coalesceAndWrite(packets, count, buffer, this.done, this.writeOne, this.copy)
       : this.writeEach(packets, count, buffer);
   }
