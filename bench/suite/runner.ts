@@ -1,7 +1,7 @@
 /**
  * Runs the benchmark suite: one topology (two namespaces joined by one veth pair), then each
  * subject in turn on it: iperf3 server in B, tunnel start up to a first ping, an unrecorded
- * priming transfer, the ping series, the one-stream iperf3 runs (with CPU, queue and drop
+ * priming transfer, the one-stream iperf3 runs each after a ping series (with CPU, queue and drop
  * figures), the parallel-stream runs, the UDP rate sweep, peak RSS, stop. Then the
  * microbenchmarks (a child process per runtime) and the scale run (one daemon, many peers).
  * Every subject has a scope of its own that is cleaned up before the next starts; the
@@ -25,7 +25,7 @@ import { measureStartup } from './startup.ts';
 import { maximum, median, minimum } from './stats.ts';
 import { LISTEN_PORT, SUBJECTS, TUNNEL_MTU, bunBinary, requireCompiled, startSubject, unavailableReason, type RunningSubject, type SubjectSpec } from './subjects.ts';
 import { sweepRate } from './sweep.ts';
-import { iperf, iperfUdp, ping, startIperfServer, type IperfRun, type UdpProbe } from './tools.ts';
+import { iperf, iperfUdp, mergePings, ping, startIperfServer, type IperfRun, type PingResult, type UdpProbe } from './tools.ts';
 import { WIREGUARD_GO_MODERN, hasWireGuardGoModern } from '../../test/system/userspace-wg.ts';
 
 export type Progress = (line: string) => void;
@@ -56,8 +56,11 @@ export function plan(specs: readonly SubjectSpec[], opts: BenchOptions, microRun
     }
     steps.push({ label, subject, kind: 'start', seconds: subject.kind === 'raw' ? 0.1 : subject.kind === 'roamguard' ? 3 : 1.5 });
     if (subject.kind !== 'raw' && opts.prime > 0) steps.push({ label, subject, kind: 'prime', seconds: opts.prime + 0.7 });
-    steps.push({ label, subject, kind: 'ping', seconds: opts.pings * opts.pingInterval + 0.3 });
-    for (let r = 1; r <= opts.runs; r++) steps.push({ label, subject, kind: 'iperf', run: r, seconds: iperfSeconds });
+    // A ping series before each one-stream run (the tunnel idle since the last transfer).
+    for (let r = 1; r <= opts.runs; r++) {
+      steps.push({ label, subject, kind: 'ping', run: r, seconds: opts.pings * opts.pingInterval + 0.3 });
+      steps.push({ label, subject, kind: 'iperf', run: r, seconds: iperfSeconds });
+    }
     if (opts.reverse) for (let r = 1; r <= opts.runs; r++) steps.push({ label, subject, kind: 'iperf', run: r, reverse: true, seconds: iperfSeconds });
     if (opts.parallel) for (let r = 1; r <= opts.runs; r++) steps.push({ label, subject, kind: 'parallel', run: r, seconds: iperfSeconds });
     // A sweep rarely needs its whole probe budget; a probe costs about 0.8 s more than its length.
@@ -323,15 +326,20 @@ async function measureSubject(spec: SubjectSpec, result: SubjectResult, ctx: Con
       result.primeGbps = (await iperf(scope, topo.a, subject.target, { seconds: opts.prime, omitSeconds: 0 }, watch)).bitsPerSecond / 1e9;
     }
 
-    step(take('ping')[0], `${opts.pings} pings, ${opts.pingInterval * 1000} ms apart`);
-    result.ping = await ping(topo.a, subject.target, opts.pings, opts.pingInterval);
-
+    const pingSteps = take('ping');
+    const pings: PingResult[] = [];
     const countersBefore = await readCounters(topo, subject);
     const queueSamples: Array<Record<string, QueueSample>> = [];
     for (const s of take('iperf')) {
+      const pingStep = s.reverse ? undefined : pingSteps.find((p) => p.run === s.run);
+      if (pingStep !== undefined) {
+        step(pingStep, `${opts.pings} pings, ${opts.pingInterval * 1000} ms apart (series ${pingStep.run}/${opts.runs})`);
+        pings.push(await ping(topo.a, subject.target, opts.pings, opts.pingInterval));
+      }
       step(s, `iperf3 TCP 1 stream ${s.reverse ? 'B→A' : 'A→B'} run ${s.run}/${opts.runs}, ${opts.duration} s + ${opts.omit} s warm-up`);
       result.runs.push(await timedTcpRun(ctx, scope, subject, watch, { reverse: s.reverse, streams: 1, sampleQueues: s.reverse ? undefined : queueSamples }));
     }
+    if (pings.length > 0) result.ping = mergePings(pings);
     summarizeQueues(result, queueSamples);
     const countersAfter = await readCounters(topo, subject);
     for (const key of Object.keys(countersAfter)) result.counters[key] = difference(countersBefore[key] ?? {}, countersAfter[key]);

@@ -259,6 +259,17 @@ export function parsePing(text: string, sent: number): PingResult {
   return { sent, received: rttsMs.length, rttsMs, medianMs: median(rttsMs), p99Ms: percentile(rttsMs, 99) };
 }
 
+/**
+ * Several ping series as one: the replies of all, in order, their median and 99th percentile.
+ * The bench takes a series before each one-stream run, so that one unlucky moment of a noisy
+ * machine does not make a subject's idle RTT (exported for tests).
+ */
+export function mergePings(series: readonly PingResult[]): PingResult {
+  const rttsMs = series.flatMap((s) => s.rttsMs);
+  const sent = series.reduce((sum, s) => sum + s.sent, 0);
+  return { sent, received: rttsMs.length, rttsMs, medianMs: median(rttsMs), p99Ms: percentile(rttsMs, 99) };
+}
+
 /** `count` echo requests from `ns` to `target`, `intervalS` seconds apart (below 0.2 s needs root). */
 export async function ping(ns: Namespace, target: string, count: number, intervalS: number): Promise<PingResult> {
   const result = await ns.exec('ping', ['-n', '-c', String(count), '-i', String(intervalS), '-W', '1', target], {

@@ -14,12 +14,12 @@ import { estimateSecondsLeft, formatDuration } from '../../bench/suite/progress.
 import {
   formatCount, formatRatio, ratio, renderCpuTable, renderMarkdown, renderMicroTables, renderScaleTable, renderStartupTable, renderThroughputTable, referenceSubject, throughputRows,
 } from '../../bench/suite/report.ts';
-import { summarize } from '../../bench/suite/runner.ts';
+import { plan, summarize } from '../../bench/suite/runner.ts';
 import { cpuSplit, threadCpu } from '../../bench/suite/procfs.ts';
 import type { MicroRuntimeResult } from '../../bench/suite/micro-types.ts';
 import type { ScaleResult } from '../../bench/suite/scale.ts';
 import { scaleSourceAddress } from '../../bench/suite/scale.ts';
-import { parseIperfJson, parseIperfUdpJson } from '../../bench/suite/tools.ts';
+import { mergePings, parseIperfJson, parsePing, parseIperfUdpJson } from '../../bench/suite/tools.ts';
 import { isCompleteAnswer } from '../../bench/suite/uapi-client.ts';
 import { sampleResults, subject } from './bench-fixtures.ts';
 
@@ -304,6 +304,28 @@ describe('formatting', () => {
     assert.equal(isCompleteAnswer('errno=-22\n\n'), true);
     assert.equal(isCompleteAnswer('listen_port=1\nerrno=0\n'), false);
     assert.equal(isCompleteAnswer('public_key=aa\nrx_errno=0\n\n'), false);
+  });
+});
+
+describe('idle ping', () => {
+  const reply = (seq: number, ms: number) => `64 bytes from 10.0.0.2: icmp_seq=${seq} ttl=64 time=${ms} ms`;
+
+  test('series merge into one: every reply counts toward the median, lost echoes stay lost', () => {
+    const slow = parsePing([0.9, 1.0, 1.1].map((ms, i) => reply(i + 1, ms)).join('\n'), 3);
+    const fast = parsePing([0.2, 0.3].map((ms, i) => reply(i + 1, ms)).join('\n'), 4);
+    const merged = mergePings([slow, fast]);
+    assert.deepEqual([merged.sent, merged.received], [7, 5]);
+    assert.deepEqual(merged.rttsMs, [0.9, 1.0, 1.1, 0.2, 0.3]);
+    close(merged.medianMs, 0.9, 'median of all five');
+    assert.equal(slow.medianMs, 1.0, 'one series alone would say 1.0');
+  });
+
+  test('a ping series comes before each one-stream run, reverse runs take none', () => {
+    const opts = { ...parseBenchArgs(['--runs', '3', '--reverse']), micro: false, scale: false, startups: 0 };
+    const spec = SUBJECTS.find((s) => s.id === 'node')!;
+    const kinds = plan([spec], opts, []).map((s) => s.kind + (s.run !== undefined ? s.run : '') + (s.reverse ? 'r' : ''));
+    const measured = kinds.filter((k) => k.startsWith('ping') || k.startsWith('iperf'));
+    assert.deepEqual(measured, ['ping1', 'iperf1', 'ping2', 'iperf2', 'ping3', 'iperf3', 'iperf1r', 'iperf2r', 'iperf3r']);
   });
 });
 
