@@ -88,7 +88,8 @@ export const wg: Command = {
   usage: `roamguard wg [-f|--foreground] [--threads N] IFNAME
 
   -f, --foreground   stay in the foreground (also WG_PROCESS_FOREGROUND=1)
-  --threads N        crypto worker threads (default: one per core; 0 = main thread only)
+  --threads N        data threads: TUN queues, each read, sealed and sent by its own thread
+                     (default: one per core; 0 = one queue, as 1)
 
 Environment: LOG_LEVEL=verbose|debug|error|silent (default error); ROAMGUARD_RUNTIME=node|bun.
 The control socket is /var/run/wireguard/IFNAME.sock; configure with wg(8).
