@@ -601,8 +601,16 @@ export class FfiUdpBind implements Bind, Liveness {
     return run;
   }
 
+  /**
+   * Closes the sockets and stops the reader; settles once the reader thread has exited, also one
+   * that was still starting (left to end by itself, see closeNow): the process may exit then.
+   */
   close(): Promise<void> {
-    const run = this.lifecycle.then(() => this.closeNow());
+    const run = this.lifecycle.then(async () => {
+      const exited = this.session?.exited;
+      await this.closeNow();
+      await exited;
+    });
     this.lifecycle = run.catch(() => {});
     return run;
   }

@@ -28,6 +28,21 @@ import type { Peer } from '../session/peer.ts';
 import { STATS_VERSION, type DeviceStats } from '../uapi/uapi-stats.ts';
 import { formatStall, type Liveness } from '../watchdog.ts';
 
+/** How long close() waits for the reader threads to end (a booting one ends within a second). */
+const THREAD_END_TIMEOUT_MS = 10_000;
+
+/** `work`, or its timeout: resolves when either comes first; rejects only with `work`. */
+async function settledWithin(work: Promise<unknown>, timeoutMs: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  // Not unref()ed: a booting thread is (tun-queue.ts), and this wait must keep the process alive.
+  const timeout = new Promise<void>((resolve) => { timer = setTimeout(resolve, timeoutMs); });
+  try {
+    await Promise.race([work, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** How often the timer rules are evaluated; their resolution is far coarser than this. */
 const TICK_INTERVAL_MS = 100;
 
@@ -286,6 +301,10 @@ export class Device {
     if (this.ticker) clearInterval(this.ticker);
     for (const peer of [...this.core.peers]) this.core.removePeer(peer.publicKey);
     this.tun.close();
-    await this.bind.close();
+    // A thread can still be booting here although threadsRunning settled: the interface deleted
+    // under a booting queue stops it, and ready() stops waiting for a stopped queue. It ends by
+    // itself once booted; the process exits after close(), which would kill it mid-load. So wait
+    // for every reader thread's end, but not for ever (a thread stuck in its boot).
+    await settledWithin(Promise.all([this.bind.close(), this.tun.threadsEnded?.()]), THREAD_END_TIMEOUT_MS);
   }
 }

@@ -279,6 +279,11 @@ export class LinuxTun implements Tun, Liveness, QueueOwner {
     for (const queue of this.queues) await queue.ready(deadline, READY_TIMEOUT_MS);
   }
 
+  /** See Tun.threadsEnded: every queue's reader thread has exited. */
+  async threadsEnded(): Promise<void> {
+    await Promise.all(this.queues.map((queue) => queue.ended));
+  }
+
   write(packets: Uint8Array[], count: number): void {
     const stats = this.stats;
     if (this.closed) {

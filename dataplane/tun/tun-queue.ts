@@ -70,6 +70,8 @@ export class TunQueue {
   private waitToken = 0;
   private wakeUps = 0;
   private worker: Worker | undefined;
+  /** Settles when the reader thread has exited (at once without one). */
+  private exited: Promise<void> = Promise.resolve();
   private wakeFd = -1;
   private stopFeeding: (() => void) | undefined;
   /** Posts a change to the reader's sender (set while it sends). */
@@ -125,6 +127,7 @@ export class TunQueue {
     const entry = new URL(`./reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
     const worker = startWorker(entry, { ...config }, transfer);
     this.worker = worker;
+    this.exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
     if (this.options.watchdog !== false) {
       this.ringTimer = setInterval(this.watchRing, RING_WATCH_INTERVAL_MS);
       this.ringTimer.unref?.();
@@ -176,6 +179,14 @@ export class TunQueue {
   /** The MTU the reader pads the packets it seals for, from now on (no effect without sending). */
   sendingMtu(mtu: number): void {
     this.postToSender?.({ kind: 'mtu', mtu });
+  }
+
+  /**
+   * Settles once the reader thread has exited. After stop() a thread that was still booting ends
+   * by itself once booted (it is never terminated then); the process must not exit before.
+   */
+  get ended(): Promise<void> {
+    return this.exited;
   }
 
   /** Waits (until `deadline`, a performance.now() time) for the reader thread to begin. */

@@ -99,6 +99,12 @@ export interface Tun {
    */
   ready?(): Promise<void>;
   /**
+   * After close: settles once every reader thread has exited. A thread still starting when the
+   * device closed is left to end by itself (terminating a worker while it loads koffi's native
+   * addon aborts the process), so whoever exits the process waits for this first.
+   */
+  threadsEnded?(): Promise<void>;
+  /**
    * Writes whole IP packets to the kernel (the first `count` entries of `packets`). Never throws
    * for a bad packet or a full queue: those are counted in `stats.writeErrors`. After close it
    * counts every packet as an error.

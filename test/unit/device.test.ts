@@ -183,6 +183,27 @@ describe('start-up: open, then running', () => {
     }
   });
 
+  test('close() waits until every reader thread has ended, also one still booting when ready() settled', async () => {
+    // As when the interface is deleted under a booting queue: ready() stops waiting for the
+    // stopped queue, yet its thread still loads koffi; the process must not exit before it ends.
+    const { tun, settle } = gatedTun();
+    let endThreads!: () => void;
+    const ended = new Promise<void>((resolve) => { endThreads = resolve; });
+    let endedAsked = false;
+    Object.assign(tun, { threadsEnded: () => { endedAsked = true; return ended; } });
+    const device = new Device({ tun, bind: new MemoryNetwork().bind('192.0.2.1'), crypto });
+    await device.open(0);
+    settle.resolve();
+    let closed = false;
+    const closing = device.close().then(() => { closed = true; });
+    await until(() => endedAsked, 2000, 'close() asks whether the threads ended');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(closed, false, 'close() must not settle while a reader thread may still be booting');
+    endThreads();
+    await closing;
+    assert.equal(closed, true);
+  });
+
   test('running() rejects when a thread cannot start', async () => {
     const { tun, settle } = gatedTun();
     const device = new Device({ tun, bind: new MemoryNetwork().bind('192.0.2.1'), crypto });
