@@ -85,6 +85,7 @@ import {
   SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET, SOL_UDP, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF,
   SO_RXQ_OVFL, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
 } from '../sys/libc.ts';
+import { SharedAddresses } from '../sys/shared-addresses.ts';
 import { startWorker } from '../sys/threads.ts';
 import type { Bind, BindStats, DeliveryBracket, ReceiveHandler, ThreadSockets, ThreadSocketsFeed, TransportOpening } from './bind.ts';
 import { NOT_OPENED, readRecord, type OpenedTransport } from '../session/transport-opener.ts';
@@ -495,7 +496,8 @@ export class FfiUdpBind implements Bind, Liveness {
   private readonly sockaddrs = new WeakMap<Endpoint, Uint8Array>();
   /** The IP_PKTINFO / IPV6_PKTINFO control message of each sticky source, built once. */
   private readonly sourceControls = new WeakMap<LocalSource, Uint8Array>();
-  private readonly addresses = new WeakMap<SharedArrayBuffer, number>();
+  /** Raw addresses of the callers' shared buffers (made with libc, on open). */
+  private addresses: SharedAddresses | undefined;
   private readonly endpoints4 = new Map<number, SourceEntry>();
   private readonly endpoints6 = new Map<number, SourceEntry>();
 
@@ -1184,12 +1186,7 @@ export class FfiUdpBind implements Bind, Liveness {
     }
     const libc = this.libc!;
     const tx = this.tx!;
-    let base = this.addresses.get(buffer);
-    if (base === undefined) {
-      base = libc.address(new Uint8Array(buffer, 0, 1));
-      this.addresses.set(buffer, base);
-    }
-    base += data.byteOffset;
+    const base = (this.addresses ??= new SharedAddresses(libc)).of(data);
     const name = this.sockaddrOf(to);
     const source = this.sourceControlOf(to);
     const r = sendInPlace(libc, tx, fd, data, base, stride, lengths, from, count, name, source, this.gso, this.progress);

@@ -20,6 +20,7 @@
  * (Bun, aligned or short copies, ordinary buffers) takes `set`.
  */
 import type { Libc } from './libc.ts';
+import { SharedAddresses } from './shared-addresses.ts';
 
 /**
  * Copies src[start, end) to dst[at, at + end - start) (overlapping ranges too). Offsets are whole
@@ -47,15 +48,7 @@ export const copyBySet: CopyBytes = (dst, at, src, start, end) => {
 /** The copy for the threads of this runtime: memmove for misaligned shared memory under koffi, else {@link copyBySet}. */
 export function copierFor(libc: Libc): CopyBytes {
   if (libc.backend !== 'koffi') return copyBySet;
-  const bases = new WeakMap<ArrayBufferLike, number>();
-  const baseOf = (view: Uint8Array): number => {
-    let base = bases.get(view.buffer);
-    if (base === undefined) {
-      base = libc.address(view) - view.byteOffset;
-      bases.set(view.buffer, base);
-    }
-    return base;
-  };
+  const addresses = new SharedAddresses(libc);
   return (dst, at, src, start, end) => {
     checkRanges(dst, at, src, start, end);
     const length = end - start;
@@ -65,7 +58,7 @@ export function copierFor(libc: Libc): CopyBytes {
       || !(src.buffer instanceof SharedArrayBuffer) || !(dst.buffer instanceof SharedArrayBuffer)) {
       dst.set(src.subarray(start, end), at);
     } else {
-      libc.memmove(baseOf(dst) + to, baseOf(src) + from, length);
+      libc.memmove(addresses.of(dst) + at, addresses.of(src) + start, length);
     }
   };
 }

@@ -20,6 +20,7 @@
 import { receiveMessageOnPort, type MessagePort } from 'node:worker_threads';
 import type { SlotAead } from '../crypto/primitives.ts';
 import { EINTR, POLLOUT, type Libc } from '../sys/libc.ts';
+import { SharedAddresses } from '../sys/shared-addresses.ts';
 import { SharedSessionsView, type SharedSessionsInit, type SharedSessionsMessage } from '../session/shared-sessions.ts';
 import type { SendTarget } from '../session/send-table.ts';
 import { LEFT, MAX_RUN, NO_ROOM, RECORD_INTS, R_LENGTH, R_OUTCOME, SOURCE_REFUSED, TransportSealer } from '../session/transport-sealer.ts';
@@ -64,7 +65,7 @@ export class ReaderSender {
   /** Per peer number: the destination and source control message, made from the entry of SEQ `seq`. */
   private readonly names = new Map<number, { seq: number; name: Uint8Array; source: Uint8Array | undefined }>();
   /** Raw addresses of the ring buffers (one, in practice). */
-  private readonly bases = new Map<ArrayBufferLike, number>();
+  private readonly addresses: SharedAddresses;
   private readonly pollBytes = new Uint8Array(8);
   /** Datagrams refused or dropped for want of room (the reader adds them to SEND_ERRORS). */
   sendErrors = 0;
@@ -74,6 +75,7 @@ export class ReaderSender {
     this.posted = new Int32Array(config.posted);
     this.sockets = config.sockets;
     this.tx = new TxArea(libc);
+    this.addresses = new SharedAddresses(libc);
     this.sealer = new TransportSealer(aead, {
       keyChunk: this.sessions.chunkAt,
       sendChunk: this.sessions.sendChunkAt,
@@ -120,7 +122,7 @@ export class ReaderSender {
     for (let k = 0; k < count; k++) lengths[k] = records[(first + k) * RECORD_INTS + R_LENGTH];
     const { name, source } = this.nameOf(peer, target);
     const data = slots.subarray(first * stride, (first + count) * stride);
-    const base = this.baseOf(data);
+    const base = this.addresses.of(data);
     let from = 0;
     let sendingSource = source;
     let deadline = Infinity;
@@ -175,15 +177,6 @@ export class ReaderSender {
     };
     this.names.set(peer, made);
     return made;
-  }
-
-  private baseOf(data: Uint8Array): number {
-    let base = this.bases.get(data.buffer);
-    if (base === undefined) {
-      base = this.libc.address(new Uint8Array(data.buffer, 0, 1));
-      this.bases.set(data.buffer, base);
-    }
-    return base + data.byteOffset;
   }
 
   /** Applies what the main thread posted since the last look (one load when nothing was). */
