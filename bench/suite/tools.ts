@@ -256,6 +256,11 @@ export interface PingResult {
 export function parsePing(text: string, sent: number): PingResult {
   const rttsMs: number[] = [];
   for (const m of text.matchAll(/icmp_seq=\d+ .*?time=([\d.]+) ms/g)) rttsMs.push(Number(m[1]));
+  return pingResult(sent, rttsMs);
+}
+
+/** The replies' figures: the count, median and 99th percentile of `rttsMs`, out of `sent` echoes. */
+function pingResult(sent: number, rttsMs: number[]): PingResult {
   return { sent, received: rttsMs.length, rttsMs, medianMs: median(rttsMs), p99Ms: percentile(rttsMs, 99) };
 }
 
@@ -265,9 +270,7 @@ export function parsePing(text: string, sent: number): PingResult {
  * machine does not make a subject's idle RTT (exported for tests).
  */
 export function mergePings(series: readonly PingResult[]): PingResult {
-  const rttsMs = series.flatMap((s) => s.rttsMs);
-  const sent = series.reduce((sum, s) => sum + s.sent, 0);
-  return { sent, received: rttsMs.length, rttsMs, medianMs: median(rttsMs), p99Ms: percentile(rttsMs, 99) };
+  return pingResult(series.reduce((sum, s) => sum + s.sent, 0), series.flatMap((s) => s.rttsMs));
 }
 
 /** `count` echo requests from `ns` to `target`, `intervalS` seconds apart (below 0.2 s needs root). */
