@@ -270,7 +270,7 @@ export function renderMarkdown(results: BenchResults): string {
   if (meta.foreignLoadBefore > 0.1) {
     lines.push(`⚠ **Busy machine**: before the start other processes used ${(meta.foreignLoadBefore * 100).toFixed(0)} % of a core (load average ${meta.loadAverage.join(' ')}); these figures are not comparable with a quiet run.`, '');
   }
-  lines.push(`iperf3 TCP, one stream, A→B${reverse ? ' (and B→A)' : ''}, ${o.duration} s after ${o.omit} s warm-up, median of ${o.runs} run${o.runs === 1 ? '' : 's'}${o.prime > 0 ? ` (each tunnel primed by an unrecorded ${o.prime} s transfer)` : ''}; ping: ${o.runs > 1 ? `${o.runs} series of ` : ''}${o.pings} echoes ${o.pingInterval * 1000} ms apart, idle tunnel${o.runs > 1 ? ', one series before each one-stream run, median of all' : ''}; ${meta.topology}. Took ${Math.round(meta.elapsedSeconds)} s.`, '');
+  lines.push(`iperf3 TCP, one stream, A→B${reverse ? ' (and B→A)' : ''}, ${o.duration} s after ${o.omit} s warm-up, median of ${o.runs} run${o.runs === 1 ? '' : 's'}${o.prime > 0 ? ` (each tunnel primed by an unrecorded ${o.prime} s transfer)` : ''}; idle ping: ${o.runs > 1 ? `${o.runs} series of ` : ''}${o.pings} echoes ${o.pingInterval * 1000} ms apart${o.runs > 1 ? ', median of all,' : ''} taken after every subject's block in ${o.runs > 1 ? 'rounds over all subjects' : 'one round over all subjects'}, each series on a tunnel started afresh${o.prime > 0 ? ` and primed by ${o.prime} s of TCP` : ''}; ${meta.topology}. Took ${Math.round(meta.elapsedSeconds)} s.`, '');
 
   lines.push(reference
     ? `Ratios "÷ wireguard-go" are against **${reference.label}**, measured in this run.`

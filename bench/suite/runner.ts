@@ -1,8 +1,9 @@
 /**
  * Runs the benchmark suite: one topology (two namespaces joined by one veth pair), then each
  * subject in turn on it: iperf3 server in B, tunnel start up to a first ping, an unrecorded
- * priming transfer, the one-stream iperf3 runs each after a ping series (with CPU, queue and drop
- * figures), the parallel-stream runs, the UDP rate sweep, peak RSS, stop. Then the
+ * priming transfer, the one-stream iperf3 runs (with CPU, queue and drop figures), the
+ * parallel-stream runs, the UDP rate sweep, peak RSS, stop. Then the idle ping in rounds over
+ * every subject (each started afresh, primed, one series; see plan), the
  * microbenchmarks (a child process per runtime) and the scale run (one daemon, many peers).
  * Every subject has a scope of its own that is cleaned up before the next starts; the
  * topology's scope is cleaned up at the end, also on failure. Ctrl-C and SIGTERM are handled by
@@ -45,6 +46,18 @@ export interface Step {
 /** UDP sweep limits: never below 10 Mbit/s, never above 40 Gbit/s, 1 % loss, within 10 %. */
 export const UDP_SWEEP = { minBps: 10e6, maxBps: 40e9, maxLoss: 0.01, precision: 0.1, fallbackStartBps: 200e6 };
 
+/** Expected seconds to start a subject's tunnel up to its first ping. */
+function startSeconds(subject: SubjectSpec): number {
+  return subject.kind === 'raw' ? 0.1 : subject.kind === 'roamguard' ? 3 : 1.5;
+}
+
+/** `items` turned left by `by` places: round r of the idle ping starts with the r-th subject. */
+function rotated<T>(items: readonly T[], by: number): T[] {
+  if (items.length === 0) return [];
+  const k = by % items.length;
+  return [...items.slice(k), ...items.slice(0, k)];
+}
+
 /** Every step of a run with its expected duration, in order (exported for tests). */
 export function plan(specs: readonly SubjectSpec[], opts: BenchOptions, microRuntimes: ReadonlyArray<'node' | 'bun'>): Step[] {
   const steps: Step[] = [];
@@ -54,17 +67,23 @@ export function plan(specs: readonly SubjectSpec[], opts: BenchOptions, microRun
     if (subject.kind !== 'raw' && opts.startups > 0) {
       steps.push({ label, subject, kind: 'startup', seconds: opts.startups * (opts.startupIdleMs / 1000 + (subject.kind === 'roamguard' ? 1 : 0.3)) });
     }
-    steps.push({ label, subject, kind: 'start', seconds: subject.kind === 'raw' ? 0.1 : subject.kind === 'roamguard' ? 3 : 1.5 });
+    steps.push({ label, subject, kind: 'start', seconds: startSeconds(subject) });
     if (subject.kind !== 'raw' && opts.prime > 0) steps.push({ label, subject, kind: 'prime', seconds: opts.prime + 0.7 });
-    // A ping series before each one-stream run (the tunnel idle since the last transfer).
-    for (let r = 1; r <= opts.runs; r++) {
-      steps.push({ label, subject, kind: 'ping', run: r, seconds: opts.pings * opts.pingInterval + 0.3 });
-      steps.push({ label, subject, kind: 'iperf', run: r, seconds: iperfSeconds });
-    }
+    for (let r = 1; r <= opts.runs; r++) steps.push({ label, subject, kind: 'iperf', run: r, seconds: iperfSeconds });
     if (opts.reverse) for (let r = 1; r <= opts.runs; r++) steps.push({ label, subject, kind: 'iperf', run: r, reverse: true, seconds: iperfSeconds });
     if (opts.parallel) for (let r = 1; r <= opts.runs; r++) steps.push({ label, subject, kind: 'parallel', run: r, seconds: iperfSeconds });
     // A sweep rarely needs its whole probe budget; a probe costs about 0.8 s more than its length.
     if (opts.udp) steps.push({ label, subject, kind: 'udp', seconds: Math.ceil(opts.udpProbes * 0.8) * (opts.udpProbeSeconds + 0.8) });
+  }
+  // The idle ping, in rounds after every subject's block: each round starts every subject afresh,
+  // primes it and takes one series, the order turned by one each round. This machine's wake-up
+  // latency changes in modes that last from seconds to minutes, for every implementation alike; a
+  // subject measured in a block of its own could sit in one mode and its comparison in another.
+  for (let r = 1; r <= opts.runs; r++) {
+    for (const subject of rotated(specs, r - 1)) {
+      const prime = subject.kind !== 'raw' && opts.prime > 0 ? opts.prime + 0.7 : 0;
+      steps.push({ label: subject.label, subject, kind: 'ping', run: r, seconds: startSeconds(subject) + prime + opts.pings * opts.pingInterval + 0.3 });
+    }
   }
   if (opts.micro) for (const runtime of microRuntimes) steps.push({ label: 'microbenchmarks', kind: 'micro', runtime, seconds: microSeconds(opts.quick) });
   if (opts.scale) steps.push({ label: 'scale run', kind: 'scale', seconds: scaleSeconds(opts.quick) });
@@ -298,6 +317,21 @@ async function udpSweep(ctx: Context, scope: Scope, subject: RunningSubject, wat
   };
 }
 
+/** One idle-ping series: the subject started afresh, primed like its block, then `opts.pings` pings. */
+async function pingSeries(spec: SubjectSpec, ctx: Context): Promise<PingResult> {
+  const { topo, opts } = ctx;
+  const scope = new Scope();
+  try {
+    const primed = spec.kind !== 'raw' && opts.prime > 0;
+    if (primed) await startIperfServer(scope, topo.b);
+    const subject = await startSubject(scope, topo, spec);
+    if (primed) await iperf(scope, topo.a, subject.target, { seconds: opts.prime, omitSeconds: 0 }, subject.processes.map((p) => p.process));
+    return await ping(topo.a, subject.target, opts.pings, opts.pingInterval);
+  } finally {
+    await scope.cleanup();
+  }
+}
+
 async function measureSubject(spec: SubjectSpec, result: SubjectResult, ctx: Context, steps: Step[]): Promise<void> {
   const { topo, opts, step } = ctx;
   const mine = steps.filter((s) => s.subject === spec);
@@ -326,20 +360,12 @@ async function measureSubject(spec: SubjectSpec, result: SubjectResult, ctx: Con
       result.primeGbps = (await iperf(scope, topo.a, subject.target, { seconds: opts.prime, omitSeconds: 0 }, watch)).bitsPerSecond / 1e9;
     }
 
-    const pingSteps = take('ping');
-    const pings: PingResult[] = [];
     const countersBefore = await readCounters(topo, subject);
     const queueSamples: Array<Record<string, QueueSample>> = [];
     for (const s of take('iperf')) {
-      const pingStep = s.reverse ? undefined : pingSteps.find((p) => p.run === s.run);
-      if (pingStep !== undefined) {
-        step(pingStep, `${opts.pings} pings, ${opts.pingInterval * 1000} ms apart (series ${pingStep.run}/${opts.runs})`);
-        pings.push(await ping(topo.a, subject.target, opts.pings, opts.pingInterval));
-      }
       step(s, `iperf3 TCP 1 stream ${s.reverse ? 'B→A' : 'A→B'} run ${s.run}/${opts.runs}, ${opts.duration} s + ${opts.omit} s warm-up`);
       result.runs.push(await timedTcpRun(ctx, scope, subject, watch, { reverse: s.reverse, streams: 1, sampleQueues: s.reverse ? undefined : queueSamples }));
     }
-    if (pings.length > 0) result.ping = mergePings(pings);
     summarizeQueues(result, queueSamples);
     const countersAfter = await readCounters(topo, subject);
     for (const key of Object.keys(countersAfter)) result.counters[key] = difference(countersBefore[key] ?? {}, countersAfter[key]);
@@ -431,6 +457,25 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
         result.note = (err as Error).message;
         progress(`FAILED: ${spec.label}: ${(err as Error).message.split('\n')[0]}`);
       }
+    }
+
+    const pings = new Map<SubjectSpec, PingResult[]>();
+    for (const s of steps.filter((x) => x.kind === 'ping')) {
+      const spec = s.subject!;
+      if (results[specs.indexOf(spec)].status !== 'ok') continue; // its block failed: nothing to compare
+      step(s, `idle ping round ${s.run}/${opts.runs}: ${spec.kind === 'raw' ? '' : `started afresh, primed ${opts.prime} s, `}${opts.pings} pings ${opts.pingInterval * 1000} ms apart`);
+      try {
+        const series = await pingSeries(spec, ctx);
+        pings.set(spec, [...(pings.get(spec) ?? []), series]);
+      } catch (err) {
+        progress(`note: ${spec.label}: idle ping round ${s.run} failed: ${(err as Error).message.split('\n')[0]}`);
+      }
+    }
+
+    for (const spec of runnable) {
+      const result = results[specs.indexOf(spec)];
+      const series = pings.get(spec);
+      if (series !== undefined) result.ping = mergePings(series);
       if (result.runs.length > 0 || result.parallelRuns || result.udp) result.summary = summarize(result, spec.kind);
     }
 

@@ -266,8 +266,8 @@ function pingResult(sent: number, rttsMs: number[]): PingResult {
 
 /**
  * Several ping series as one: the replies of all, in order, their median and 99th percentile.
- * The bench takes a series before each one-stream run, so that one unlucky moment of a noisy
- * machine does not make a subject's idle RTT (exported for tests).
+ * The bench takes a subject's series in rounds spread over the run (runner.ts, plan), so that
+ * one unlucky moment of a noisy machine does not make a subject's idle RTT (exported for tests).
  */
 export function mergePings(series: readonly PingResult[]): PingResult {
   return pingResult(series.reduce((sum, s) => sum + s.sent, 0), series.flatMap((s) => s.rttsMs));

@@ -320,12 +320,23 @@ describe('idle ping', () => {
     assert.equal(slow.medianMs, 1.0, 'one series alone would say 1.0');
   });
 
-  test('a ping series comes before each one-stream run, reverse runs take none', () => {
-    const opts = { ...parseBenchArgs(['--runs', '3', '--reverse']), micro: false, scale: false, startups: 0 };
-    const spec = SUBJECTS.find((s) => s.id === 'node')!;
-    const kinds = plan([spec], opts, []).map((s) => s.kind + (s.run !== undefined ? s.run : '') + (s.reverse ? 'r' : ''));
-    const measured = kinds.filter((k) => k.startsWith('ping') || k.startsWith('iperf'));
-    assert.deepEqual(measured, ['ping1', 'iperf1', 'ping2', 'iperf2', 'ping3', 'iperf3', 'iperf1r', 'iperf2r', 'iperf3r']);
+  test('idle ping rounds follow every block, each round over all subjects, the order turned by one', () => {
+    const opts = { ...parseBenchArgs(['--runs', '3']), micro: false, scale: false, startups: 0 };
+    const ids = ['raw', 'node', 'wireguard-go-modern'];
+    const specs = ids.map((id) => SUBJECTS.find((s) => s.id === id)!);
+    const steps = plan(specs, opts, []);
+    const firstPing = steps.findIndex((s) => s.kind === 'ping');
+    assert.ok(steps.slice(firstPing).every((s) => s.kind === 'ping'), 'no block step after the first ping round');
+    assert.deepEqual(steps.slice(0, firstPing).filter((s) => s.kind === 'iperf').length, 3 * ids.length, 'every block complete first');
+    const rounds = steps.slice(firstPing).map((s) => `${s.run}:${s.subject!.id}`);
+    assert.deepEqual(rounds, [
+      '1:raw', '1:node', '1:wireguard-go-modern',
+      '2:node', '2:wireguard-go-modern', '2:raw',
+      '3:wireguard-go-modern', '3:raw', '3:node',
+    ]);
+    const pingSeconds = 200 * 0.01 + 0.3;
+    close(steps[firstPing].seconds, 0.1 + pingSeconds, 'raw: no start to speak of, no prime');
+    close(steps[firstPing + 1].seconds, 3 + 2.7 + pingSeconds, 'roamguard: started afresh and primed');
   });
 });
 
