@@ -181,8 +181,12 @@ function readLoop(libc: Libc, config: ReaderConfig, sender: ReaderSender | undef
     const revents = poll16[3];
     if ((revents & POLLIN) === 0 && (revents & (POLLERR | POLLHUP | POLLNVAL)) === 0) continue;
 
-    // Read until the kernel queue is empty or the ring is full.
+    // Read until the kernel queue is empty or the ring is full. What the first read brought is
+    // sent at once, before the read that finds the queue empty: an idle ping's packet should not
+    // wait for a system call that only says there is nothing more (under load the rest of the
+    // queue still goes in rounds of up to ROUND_PACKETS).
     let consumed = read;
+    let firstRead = true;
     for (;;) {
       if (ringFull(write, consumed, slots)) {
         consumed = Atomics.load(header, READ_SEQ);
@@ -194,13 +198,17 @@ function readLoop(libc: Libc, config: ReaderConfig, sender: ReaderSender | undef
         if (!vnet) {
           lengths[write & mask] = n;
           write = seqAdd(write, 1);
-          continue;
+        } else {
+          waited = false;
+          const placed = vnet.ingest(n, sink);
+          if (placed === VNET_READ_STOPPED) return finish(0); // stop requested while waiting for room
+          if (placed === VNET_READ_REFUSED) Atomics.add(header, READ_ERRORS, 1);
+          if (waited) consumed = Atomics.load(header, READ_SEQ);
         }
-        waited = false;
-        const placed = vnet.ingest(n, sink);
-        if (placed === VNET_READ_STOPPED) return finish(0); // stop requested while waiting for room
-        if (placed === VNET_READ_REFUSED) Atomics.add(header, READ_ERRORS, 1);
-        if (waited) consumed = Atomics.load(header, READ_SEQ);
+        if (firstRead) {
+          firstRead = false;
+          finishRound();
+        }
         continue;
       }
       if (n === 0) break;
