@@ -13,6 +13,7 @@ import { createLogger, surviveLostStderr, type LogLevel } from '../log.ts';
 import { createUapiHandler } from '../uapi/uapi-device.ts';
 import { startUapiServer, type UapiServer } from '../uapi/uapi-server.ts';
 import { Device } from './device.ts';
+import { optimizeDataPathSooner } from '../sys/jit-tiering.ts';
 
 export interface DaemonOptions {
   ifname: string;
@@ -38,6 +39,7 @@ export function defaultThreads(): number {
 export async function runDaemon(options: DaemonOptions): Promise<number> {
   const { settings } = options;
   surviveLostStderr();
+  optimizeDataPathSooner(); // before any data thread starts (sys/jit-tiering.ts)
   const log = createLogger(options.logLevel, options.ifname);
   const crypto = await selectCrypto(cryptoSelection(settings));
   log.verbose(`crypto providers: ${Object.entries(crypto.providers).map(([g, p]) => `${g}=${p}`).join(', ')}`);

@@ -1,0 +1,25 @@
+/**
+ * Under Node, V8 optimizes a function, or a loop on the stack (OSR), once it has run through its
+ * "interrupt budget" (bytes of bytecode executed) a few times. Every data thread has an isolate
+ * of its own and warms up on its own traffic. A TUN queue that carried a transfer is optimized
+ * within a second; the queue an idle ping's flow hashes to may carry nothing but that ping, and
+ * at 100 packets a second its read loop and seal-and-send were still baseline code after a 2 s
+ * transfer and 1 300 pings (perf with --perf-basic-prof: `JS:^readLoop`, `^handle`, `^sealSlots`).
+ * With a budget 1/16 of V8's default they are optimized after a few dozen packets; compiling
+ * runs once, on V8's background threads. Measured in docs/performance.md (issue 14, idle ping).
+ *
+ * V8's flags are process-wide; this must run before the data threads start. Bun's
+ * JavaScriptCore tiers up on counts of its own (lowering them through BUN_JSC_* thresholds
+ * changed nothing measurable), so under Bun this does nothing.
+ */
+import { setFlagsFromString } from 'node:v8';
+import { isBun } from './threads.ts';
+
+/** Bytes of bytecode between V8's tier-up checks (V8 11's default: 67 584). */
+export const DATA_PATH_INTERRUPT_BUDGET = 4096;
+
+/** Lowers V8's interrupt budget for this process (Node only; call before starting any thread). */
+export function optimizeDataPathSooner(): void {
+  if (isBun) return;
+  setFlagsFromString(`--interrupt-budget=${DATA_PATH_INTERRUPT_BUDGET}`);
+}
