@@ -39,7 +39,6 @@ export function defaultThreads(): number {
 export async function runDaemon(options: DaemonOptions): Promise<number> {
   const { settings } = options;
   surviveLostStderr();
-  optimizeDataPathSooner(); // before any data thread starts (sys/jit-tiering.ts)
   const log = createLogger(options.logLevel, options.ifname);
   const crypto = await selectCrypto(cryptoSelection(settings));
   log.verbose(`crypto providers: ${Object.entries(crypto.providers).map(([g, p]) => `${g}=${p}`).join(', ')}`);
@@ -94,10 +93,15 @@ export async function runDaemon(options: DaemonOptions): Promise<number> {
   process.once('SIGTERM', onSignal);
   log.verbose(`interface ${tun.name} is up; control socket ${uapi.path}`);
   options.onReady?.();
-  device.running().catch((err: unknown) => {
-    log.error(`a data-plane thread could not start: ${err instanceof Error ? err.message : String(err)}`);
-    stop('a data-plane thread could not start', 1);
-  });
+  device.running().then(
+    // Booted: from here V8 optimizes the threads' packet paths sooner (sys/jit-tiering.ts). Not
+    // before: start-up code runs once, and optimizing it sooner delayed ready by 25 ms.
+    () => optimizeDataPathSooner(),
+    (err: unknown) => {
+      log.error(`a data-plane thread could not start: ${err instanceof Error ? err.message : String(err)}`);
+      stop('a data-plane thread could not start', 1);
+    },
+  );
 
   const code = await finished;
   process.off('SIGINT', onSignal);

@@ -8,7 +8,8 @@
  * With a budget 1/16 of V8's default they are optimized after a few dozen packets; compiling
  * runs once, on V8's background threads. Measured in docs/performance.md (issue 14, idle ping).
  *
- * V8's flags are process-wide; this must run before the data threads start. Bun's
+ * V8's flags are process-wide and read at every tier-up check, so setting this once the threads
+ * have booted reaches their isolates too, and leaves start-up code (run once) alone. Bun's
  * JavaScriptCore tiers up on counts of its own (lowering them through BUN_JSC_* thresholds
  * changed nothing measurable), so under Bun this does nothing.
  */
@@ -18,7 +19,7 @@ import { isBun } from './threads.ts';
 /** Bytes of bytecode between V8's tier-up checks (V8 11's default: 67 584). */
 export const DATA_PATH_INTERRUPT_BUDGET = 4096;
 
-/** Lowers V8's interrupt budget for this process (Node only; call before starting any thread). */
+/** Lowers V8's interrupt budget for every isolate of this process from now on (Node only). */
 export function optimizeDataPathSooner(): void {
   if (isBun) return;
   setFlagsFromString(`--interrupt-budget=${DATA_PATH_INTERRUPT_BUDGET}`);
