@@ -86,8 +86,9 @@ created afterwards, also on Ctrl-C. Full run: about 6 minutes on 2 cores; --quic
   --only LIST      comma-separated subjects, in this order (default: ${SUBJECTS.filter((s) => s.byDefault).map((s) => s.id).join(',')})
                    known: ${SUBJECTS.map((s) => s.id).join(', ')}
   --duration S     measured seconds per iperf3 TCP run, after a 1 s warm-up (default 5)
-  --runs N         iperf3 runs per subject and TCP test; the median is reported (default 3)
-  --pings N        echo requests per subject, 10 ms apart (default 200)
+  --runs N         iperf3 runs per subject and TCP test, and idle-ping rounds over all subjects
+                   (each a fresh, primed tunnel per subject); medians are reported (default 3)
+  --pings N        echo requests per idle-ping series, 10 ms apart (default 200)
   --prime S        unrecorded iperf3 transfer of S s before each tunnel's measurements, so the
                    first run does not pay for JIT and worker start-up (default 2; 0 = none)
   --streams N      parallel TCP streams of the second TCP test (default 4)
