@@ -15,8 +15,10 @@
  * transaction (a peer is its public key: the old one is removed, the new one added with the same
  * allowed IPs and the endpoint that worked, control/mesh/replaced-peer.ts). The new peer's
  * keepalive makes that side handshake at once too, so whichever side switches second completes
- * the handshake immediately, and traffic pauses only for the time the watch event takes to reach
- * the peers' agents (measured: docs/robustness.md).
+ * the handshake immediately; when both switch at the same moment, the two handshakes cross, and
+ * the data plane completes them at once as well (Handshake.setAsideOwnInitiation). Traffic
+ * pauses only for the time the watch event takes to reach the peers' agents (measured:
+ * docs/robustness.md).
  *
  * Publishing comes first so that an API server that cannot be reached holds the whole switch back:
  * the node keeps talking with the old key meanwhile, and completes the rotation once the patch

@@ -75,7 +75,44 @@ export class Handshake {
   /** Monotonic ms of the last initiation we sent (at most one per RekeyTimeout). */
   lastSentHandshake = -Infinity;
 
+  /** Our initiation while we answer the peer's (see setAsideOwnInitiation); localIndex 0 = none. */
+  private readonly aside = { hash: new Uint8Array(32), chainKey: new Uint8Array(32), localEphemeralPrivate: new Uint8Array(32), localIndex: 0 };
+
   constructor(readonly remoteStatic: Uint8Array) {}
+
+  /**
+   * The peer's initiation is about to be consumed while ours waits for its answer: both sides
+   * initiated at once (a key rotation's kick against the peer's new-peer handshake, a relay's
+   * direct trial kicking both members). wireguard-go and the kernel let theirs overwrite ours;
+   * each side then drops the other's response (its state no longer expects one), holds a
+   * responder session it may not send on until the other confirms it, and both wait
+   * REKEY_TIMEOUT (5 s) to retry. We keep ours aside instead, answer theirs, and take ours back
+   * (resumeOwnInitiation), so the peer's response to it completes a session at once. Its index
+   * moves aside with it, so the answer's new index does not free it.
+   */
+  setAsideOwnInitiation(): void {
+    if (this.state !== HandshakeState.InitiationCreated) return;
+    this.aside.hash.set(this.hash);
+    this.aside.chainKey.set(this.chainKey);
+    this.aside.localEphemeralPrivate.set(this.localEphemeralPrivate);
+    this.aside.localIndex = this.localIndex;
+    this.localIndex = 0;
+  }
+
+  /** Takes back the initiation set aside, once the peer's has been answered (or failed to be). */
+  resumeOwnInitiation(): void {
+    const aside = this.aside;
+    if (aside.localIndex === 0) return;
+    this.hash.set(aside.hash);
+    this.chainKey.set(aside.chainKey);
+    this.localEphemeralPrivate.set(aside.localEphemeralPrivate);
+    this.localIndex = aside.localIndex;
+    this.state = HandshakeState.InitiationCreated;
+    aside.hash.fill(0);
+    aside.chainKey.fill(0);
+    aside.localEphemeralPrivate.fill(0);
+    aside.localIndex = 0;
+  }
 
   /**
    * Forgets the ephemeral secrets and chaining state (not the replay/flood history, nor the
@@ -225,7 +262,8 @@ export interface ConsumedInitiation<P> {
 /**
  * Consumes a handshake initiation (mac1 already checked). `findPeer` maps the decrypted static
  * key to the peer and its handshake state. On success the peer's handshake holds the responder
- * state, ready for createResponse (an initiation of ours still pending is abandoned).
+ * state, ready for createResponse; an initiation of ours still waiting for its answer is set
+ * aside (Handshake.setAsideOwnInitiation), and the caller takes it back after answering.
  */
 export function consumeInitiation<P>(
   identity: NoiseIdentity, message: Uint8Array, nowMs: number, rateLimitMs: number,
@@ -264,6 +302,7 @@ export function consumeInitiation<P>(
     // Only now, with the initiator authenticated, do replay and flood checks touch peer state.
     if (!tai64nAfter(timestamp, handshake.lastTimestamp)) return 'replayed-timestamp';
     if (nowMs - handshake.lastInitiationConsumption <= rateLimitMs) return 'initiation-flood';
+    handshake.setAsideOwnInitiation();
 
     handshake.hash.set(hash);
     handshake.chainKey.set(chainKey);

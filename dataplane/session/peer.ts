@@ -15,7 +15,7 @@ import type { Endpoint } from '../net/endpoint.ts';
 import { CookieGenerator } from '../noise/cookie.ts';
 import { shortKey } from '../noise/keys.ts';
 import {
-  Handshake, createInitiation, createResponse, deriveSessionKeys, precomputeStaticStatic,
+  Handshake, HandshakeState, createInitiation, createResponse, deriveSessionKeys, precomputeStaticStatic,
   type NoiseIdentity,
 } from '../noise/noise-protocol.ts';
 import type { IndexTable } from './index-table.ts';
@@ -349,8 +349,19 @@ export class Peer implements TimerActions {
     this.timers.handshakeInitiated(now);
   }
 
-  /** Answers an initiation this peer's handshake has just consumed. */
+  /**
+   * Answers an initiation this peer's handshake has just consumed, then takes back our own
+   * initiation if one was waiting for its answer (Handshake.setAsideOwnInitiation).
+   */
   sendHandshakeResponse(): void {
+    try {
+      this.answerInitiation();
+    } finally {
+      this.handshake.resumeOwnInitiation();
+    }
+  }
+
+  private answerInitiation(): void {
     const now = this.host.clock.now();
     this.handshake.lastSentHandshake = now;
     const localIndex = this.newHandshakeIndex();
@@ -419,6 +430,12 @@ export class Peer implements TimerActions {
     keypair.allowReaderDelivery(this.number);
     if (confirmed.dropped) this.retireKeypair(confirmed.dropped);
     this.refreshSendState();
+    // An initiation of ours that crossed theirs is no longer needed: forget its index and wipe
+    // its ephemeral key now rather than at the next handshake.
+    if (this.handshake.state === HandshakeState.InitiationCreated) {
+      this.forgetPendingHandshakeIndex();
+      this.handshake.clear();
+    }
     this.markHandshakeComplete();
     this.sendStagedPackets();
   }

@@ -134,22 +134,7 @@ describe('handshake', () => {
   });
 });
 
-describe('simultaneous start', () => {
-  // Like wireguard-go and the kernel, crossing initiations overwrite each other's handshake
-  // state; the random retransmit jitter separates the next attempts. (1 ms steps: the retries
-  // collide again only if both jitters fall in the same millisecond.)
-  test('both sides initiating at once converge after a retry, losing no staged packet', () => {
-    const pair = makeCorePair(crypto);
-    pair.a.core.sendPacket(ping(1));
-    pair.b.core.sendPacket(ping(2, B_INNER, A_INNER));
-    pair.pump();
-    assert.equal(pair.a.peer.hasSession || pair.b.peer.hasSession, false, 'the crossing attempts both failed');
-    pair.advance(3 * (REKEY_TIMEOUT + 400), 1);
-    assert.deepEqual(seqsDelivered(pair.b.delivered), [1]);
-    assert.deepEqual(seqsDelivered(pair.a.delivered), [2]);
-    assert.ok(pair.a.peer.hasSession && pair.b.peer.hasSession);
-  });
-});
+// Simultaneous start (initiations that cross): test/unit/crossed-handshakes.test.ts.
 
 describe('transport data', () => {
   test('data both ways over IPv4 and IPv6, with padding stripped and counters kept', () => {

@@ -26,6 +26,7 @@ import { applySetRequest, takeSnapshot, type UapiHost } from '../../dataplane/ua
 import type { DeviceSnapshot, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
 import type { AgentLogger } from '../../control/log.ts';
 import { makeCorePair, type CorePair } from '../helpers/core-pair.ts';
+import { ipv4Packet } from '../helpers/ip-packet.ts';
 import { renderRotations, rotationPassed, type RotationResult } from '../../lab/key-rotation-scenario.ts';
 
 let crypto: Crypto;
@@ -332,14 +333,3 @@ describe('the demo\'s key-rotation report', () => {
     assert.match(renderRotations([rotation(0, false)]), /did not switch/);
   });
 });
-
-/** A minimal IPv4 packet (header only, valid checksum not needed by the core). */
-function ipv4Packet(src: string, dst: string): Uint8Array {
-  const p = new Uint8Array(28);
-  p[0] = 0x45;
-  p[2] = 0; p[3] = 28;
-  p[8] = 64; p[9] = 17;
-  p.set(src.split('.').map(Number), 12);
-  p.set(dst.split('.').map(Number), 16);
-  return p;
-}
