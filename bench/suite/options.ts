@@ -12,8 +12,14 @@ export interface BenchOptions {
   prime: number;
   /** iperf3 runs per subject and test; the median is reported. */
   runs: number;
-  /** Echo requests per subject. */
+  /** Echo requests per idle-ping series (the measured ones). */
   pings: number;
+  /**
+   * Echo requests before each series's measured ones, after the prime: a data thread that the
+   * prime's flow did not reach is still being optimized by V8 for its first 1.5-3 s of pings. Their
+   * median is reported beside the figure, as what a just-started daemon answers in.
+   */
+  pingWarmup: number;
   /** Seconds between echo requests. */
   pingInterval: number;
   /** Also measure B→A (`iperf3 -R`). */
@@ -58,7 +64,7 @@ export const QUICK_SUBJECTS = ['raw', 'node', 'bun', 'wireguard-go-modern', 'wir
 /** The largest UDP payload that fits the tunnel MTU without fragmenting (IPv4 + UDP headers). */
 export const MAX_UDP_SIZE = TUNNEL_MTU - 28;
 
-export const USAGE = `roamguard bench [--quick] [--only LIST] [--duration S] [--runs N] [--pings N] [--prime S]
+export const USAGE = `roamguard bench [--quick] [--only LIST] [--duration S] [--runs N] [--pings N] [--ping-warmup N] [--prime S]
                 [--streams N | --no-parallel] [--udp-size B] [--udp-probes N | --no-udp]
                 [--startups N] [--peers N] [--scale-rate N] [--no-scale] [--no-micro] [--reverse]
                 [--baseline DIR] [--wireguard-go-modern PATH] [--out DIR | --no-save]
@@ -80,7 +86,7 @@ throughput as bench/results/<date>-<host>.{json,md,svg}. Needs root; removes eve
 created afterwards, also on Ctrl-C. Full run: about 6 minutes on 2 cores; --quick: under 2.
 
   --quick          a short subset: ${QUICK_SUBJECTS.join(', ')}; one run of 3 s per TCP test;
-                   50 pings; UDP probes of 1 s, at most 5; 2 starts per daemon, 1.5 s idle;
+                   50 pings after 50 warm-up echoes; UDP probes of 1 s, at most 5; 2 starts per daemon, 1.5 s idle;
                    shorter microbenchmarks (IPv4 only);
                    10 get=1 samples (explicit options still win)
   --only LIST      comma-separated subjects, in this order (default: ${SUBJECTS.filter((s) => s.byDefault).map((s) => s.id).join(',')})
@@ -89,6 +95,10 @@ created afterwards, also on Ctrl-C. Full run: about 6 minutes on 2 cores; --quic
   --runs N         iperf3 runs per subject and TCP test, and idle-ping rounds over all subjects
                    (each a fresh, primed tunnel per subject); medians are reported (default 3)
   --pings N        echo requests per idle-ping series, 10 ms apart (default 200)
+  --ping-warmup N  echo requests before each series's measured ones, after the prime: a data
+                   thread the prime did not reach is still being optimized for its first 1.5-3 s
+                   of pings; their median is reported too, as the fresh-start figure (default 200;
+                   0 = the series starts right after the prime)
   --prime S        unrecorded iperf3 transfer of S s before each tunnel's measurements, so the
                    first run does not pay for JIT and worker start-up (default 2; 0 = none)
   --streams N      parallel TCP streams of the second TCP test (default 4)
@@ -115,12 +125,12 @@ created afterwards, also on Ctrl-C. Full run: about 6 minutes on 2 cores; --quic
 
 export function parseBenchArgs(args: readonly string[]): BenchOptions {
   const opts: BenchOptions = {
-    duration: 5, omit: 1, prime: 2, runs: 3, pings: 200, pingInterval: 0.01, reverse: false,
+    duration: 5, omit: 1, prime: 2, runs: 3, pings: 200, pingWarmup: 200, pingInterval: 0.01, reverse: false,
     parallel: true, streams: 4, udp: true, udpSize: 1200, udpProbeSeconds: 2, udpProbes: 8,
     startups: 3, startupIdleMs: 2000, micro: true, scale: true, peers: 1000, scaleRate: 0, getSamples: 30, quick: false,
     subjects: SUBJECTS.filter((s) => s.byDefault).map((s) => s.id), outDir: DEFAULT_OUT_DIR,
   };
-  const explicit: Partial<Record<'duration' | 'runs' | 'pings' | 'udpProbes' | 'startups' | 'subjects', number | string[]>> = {};
+  const explicit: Partial<Record<'duration' | 'runs' | 'pings' | 'pingWarmup' | 'udpProbes' | 'startups' | 'subjects', number | string[]>> = {};
   const nonNegative = (text: string, name: string): number => {
     const n = Number(text);
     if (!Number.isInteger(n) || n < 0) throw new Error(`${name} needs a whole number ≥ 0, got ${JSON.stringify(text)}`);
@@ -156,6 +166,7 @@ export function parseBenchArgs(args: readonly string[]): BenchOptions {
       case '--runs': explicit.runs = positive(take(), name, true); break;
       case '--pings': explicit.pings = positive(take(), name, true); break;
       case '--prime': opts.prime = nonNegative(take(), name); break;
+      case '--ping-warmup': explicit.pingWarmup = atMost(nonNegative(take(), name), 10_000, name); break;
       case '--startups': explicit.startups = atMost(nonNegative(take(), name), 20, name); break;
       case '--streams': opts.streams = atMost(positive(take(), name, true), 128, name); if (opts.streams < 2) throw new Error('--streams needs at least 2 (the one-stream test always runs)'); break;
       case '--udp-size': opts.udpSize = atMost(positive(take(), name, true), MAX_UDP_SIZE, name); break;
@@ -177,7 +188,7 @@ export function parseBenchArgs(args: readonly string[]): BenchOptions {
     }
   }
   if (opts.quick) {
-    opts.duration = 3; opts.runs = 1; opts.pings = 50;
+    opts.duration = 3; opts.runs = 1; opts.pings = 50; opts.pingWarmup = 50;
     opts.udpProbeSeconds = 1; opts.udpProbes = 5; opts.getSamples = 10;
     opts.startups = 2; opts.startupIdleMs = 1500;
     opts.subjects = QUICK_SUBJECTS.filter((id) => SUBJECTS.some((s) => s.id === id));
@@ -185,6 +196,7 @@ export function parseBenchArgs(args: readonly string[]): BenchOptions {
   if (explicit.duration !== undefined) opts.duration = explicit.duration as number;
   if (explicit.runs !== undefined) opts.runs = explicit.runs as number;
   if (explicit.pings !== undefined) opts.pings = explicit.pings as number;
+  if (explicit.pingWarmup !== undefined) opts.pingWarmup = explicit.pingWarmup as number;
   if (explicit.udpProbes !== undefined) opts.udpProbes = explicit.udpProbes as number;
   if (explicit.startups !== undefined) opts.startups = explicit.startups as number;
   if (explicit.subjects !== undefined) opts.subjects = explicit.subjects as string[];

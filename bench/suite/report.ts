@@ -270,14 +270,14 @@ export function renderMarkdown(results: BenchResults): string {
   if (meta.foreignLoadBefore > 0.1) {
     lines.push(`⚠ **Busy machine**: before the start other processes used ${(meta.foreignLoadBefore * 100).toFixed(0)} % of a core (load average ${meta.loadAverage.join(' ')}); these figures are not comparable with a quiet run.`, '');
   }
-  lines.push(`iperf3 TCP, one stream, A→B${reverse ? ' (and B→A)' : ''}, ${o.duration} s after ${o.omit} s warm-up, median of ${o.runs} run${o.runs === 1 ? '' : 's'}${o.prime > 0 ? ` (each tunnel primed by an unrecorded ${o.prime} s transfer)` : ''}; idle ping: ${o.runs > 1 ? `${o.runs} series of ` : ''}${o.pings} echoes ${o.pingInterval * 1000} ms apart${o.runs > 1 ? ', median of all,' : ''} taken after every subject's block in ${o.runs > 1 ? 'rounds over all subjects' : 'one round over all subjects'}, each series on a tunnel started afresh${o.prime > 0 ? ` and primed by ${o.prime} s of TCP` : ''}; ${meta.topology}. Took ${Math.round(meta.elapsedSeconds)} s.`, '');
+  lines.push(`iperf3 TCP, one stream, A→B${reverse ? ' (and B→A)' : ''}, ${o.duration} s after ${o.omit} s warm-up, median of ${o.runs} run${o.runs === 1 ? '' : 's'}${o.prime > 0 ? ` (each tunnel primed by an unrecorded ${o.prime} s transfer)` : ''}; idle ping: ${o.runs > 1 ? `${o.runs} series of ` : ''}${o.pings} echoes ${o.pingInterval * 1000} ms apart${o.runs > 1 ? ', median of all,' : ''} taken after every subject's block in ${o.runs > 1 ? 'rounds over all subjects' : 'one round over all subjects'}, each series on a tunnel started afresh${o.prime > 0 ? ` and primed by ${o.prime} s of TCP` : ''}${(o.pingWarmup ?? 0) > 0 ? `, after ${o.pingWarmup} warm-up echoes (their median: RTT fresh)` : ''}; ${meta.topology}. Took ${Math.round(meta.elapsedSeconds)} s.`, '');
 
   lines.push(reference
     ? `Ratios "÷ wireguard-go" are against **${reference.label}**, measured in this run.`
     : 'No wireguard-go ran: no ratios against it.', '');
   const head = ['subject', 'Gbit/s', 'min–max'];
   if (reverse) head.push('B→A Gbit/s');
-  head.push('retransmits', 'RTT median ms', 'RTT p99 ms', 'TCP RTT loaded ms', 'tunnel CPU %', 'CPU s/GB', 'peak RSS MiB', 'Gbit/s ÷ wireguard-go', 'CPU/GB ÷ wireguard-go', 'Gbit/s ÷ raw link');
+  head.push('retransmits', 'RTT median ms', 'RTT p99 ms', 'RTT ÷ wireguard-go', 'RTT fresh ms', 'TCP RTT loaded ms', 'tunnel CPU %', 'CPU s/GB', 'peak RSS MiB', 'Gbit/s ÷ wireguard-go', 'CPU/GB ÷ wireguard-go', 'Gbit/s ÷ raw link');
   lines.push(`| ${head.join(' | ')} |`);
   lines.push(`|${head.map((_, i) => (i === 0 ? '---' : '---:')).join('|')}|`);
   for (const s of subjects) {
@@ -293,6 +293,8 @@ export function renderMarkdown(results: BenchResults): string {
       num(m.retransmits, 0),
       num(m.rttMedianMs, 3),
       num(m.rttP99Ms, 3),
+      s.kind === 'raw' ? '–' : ratio(m.rttMedianMs, wgGo?.rttMedianMs),
+      num(m.rttFreshMedianMs, 3),
       num(m.loadedRttMs, 2),
       num(m.cpuPercent, 0),
       num(m.cpuSecondsPerGB, 2),
@@ -305,7 +307,7 @@ export function renderMarkdown(results: BenchResults): string {
   }
   lines.push('');
   lines.push('Gbit/s: receiver-side goodput, median of the runs. retransmits: TCP retransmissions counted by the sender, median per run. ' +
-    'RTT: ping through the idle tunnel; TCP RTT loaded: the sender\'s smoothed RTT during the transfer (iperf3 mean_rtt), median of the runs. ' +
+    'RTT: ping through the idle tunnel; RTT fresh: the warm-up echoes before each series, right after a fresh start and the prime (a data thread the prime did not reach is then still being optimized). TCP RTT loaded: the sender\'s smoothed RTT during the transfer (iperf3 mean_rtt), median of the runs. ' +
     'tunnel CPU %: CPU time of both tunnel processes (all threads, from /proc/PID/stat) over the wall time of the runs, 100 % = one core. ' +
     'CPU s/GB: the same CPU seconds per 10⁹ payload bytes (warm-up included on both sides of the division). ' +
     'peak RSS: VmHWM of the larger of the two tunnel processes. iperf3 itself runs on the same cores.');

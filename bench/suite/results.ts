@@ -54,6 +54,8 @@ export interface SubjectResult {
   /** The UDP rate sweep. */
   udp?: UdpSweepRecord;
   ping?: Omit<PingResult, 'rttsMs'> & { rttsMs: number[] };
+  /** The warm-up echoes before each idle-ping series (--ping-warmup), merged: a just-started daemon's answers. */
+  pingFresh?: Omit<PingResult, 'rttsMs'> & { rttsMs: number[] };
   processes: ProcessRecord[];
   /** Starts of one daemon alone: time until its control socket answers, idle RSS (bench/suite/startup.ts). */
   startup?: StartupRecord;
@@ -99,6 +101,8 @@ export interface SubjectSummary {
   loadedRttMs?: number;
   rttMedianMs?: number;
   rttP99Ms?: number;
+  /** Median of the warm-up echoes (pingFresh). */
+  rttFreshMedianMs?: number;
   pingLoss?: number;
   /** Tunnel CPU seconds per 10^9 payload bytes, all runs together; undefined for the raw link. */
   cpuSecondsPerGB?: number;
@@ -149,7 +153,7 @@ export interface BenchMeta {
   memoryBytes: number;
   versions: Record<string, string>;
   options: {
-    duration: number; omit: number; prime: number; runs: number; pings: number; pingInterval: number; reverse: boolean; quick: boolean; subjects: string[];
+    duration: number; omit: number; prime: number; runs: number; pings: number; pingWarmup?: number; pingInterval: number; reverse: boolean; quick: boolean; subjects: string[];
     parallel?: boolean; streams?: number; udp?: boolean; udpSize?: number; udpProbeSeconds?: number; udpProbes?: number;
     startups?: number; startupIdleMs?: number; micro?: boolean; scale?: boolean; peers?: number; scaleRate?: number; getSamples?: number;
   };

@@ -82,7 +82,8 @@ export function plan(specs: readonly SubjectSpec[], opts: BenchOptions, microRun
   for (let r = 1; r <= opts.runs; r++) {
     for (const subject of rotated(specs, r - 1)) {
       const prime = subject.kind !== 'raw' && opts.prime > 0 ? opts.prime + 0.7 : 0;
-      steps.push({ label: subject.label, subject, kind: 'ping', run: r, seconds: startSeconds(subject) + prime + opts.pings * opts.pingInterval + 0.3 });
+      const echoes = (opts.pingWarmup > 0 ? opts.pingWarmup * opts.pingInterval + 0.3 : 0) + opts.pings * opts.pingInterval + 0.3;
+      steps.push({ label: subject.label, subject, kind: 'ping', run: r, seconds: startSeconds(subject) + prime + echoes });
     }
   }
   if (opts.micro) for (const runtime of microRuntimes) steps.push({ label: 'microbenchmarks', kind: 'micro', runtime, seconds: microSeconds(opts.quick) });
@@ -176,6 +177,7 @@ export function summarize(result: SubjectResult, kind: string): SubjectSummary {
     summary.rttP99Ms = result.ping.p99Ms;
     summary.pingLoss = 1 - result.ping.received / result.ping.sent;
   }
+  if (result.pingFresh) summary.rttFreshMedianMs = result.pingFresh.medianMs;
   if (kind !== 'raw' && result.runs.length > 0) {
     const cpu = result.runs.reduce((s, r) => s + r.tunnelCpuSeconds, 0);
     const bytes = result.runs.reduce((s, r) => s + r.totalBytes, 0);
@@ -317,8 +319,11 @@ async function udpSweep(ctx: Context, scope: Scope, subject: RunningSubject, wat
   };
 }
 
-/** One idle-ping series: the subject started afresh, primed like its block, then `opts.pings` pings. */
-async function pingSeries(spec: SubjectSpec, ctx: Context): Promise<PingResult> {
+/**
+ * One idle-ping series: the subject started afresh, primed like its block, `opts.pingWarmup`
+ * echoes (the fresh-start answers), then the `opts.pings` measured ones.
+ */
+async function pingSeries(spec: SubjectSpec, ctx: Context): Promise<{ fresh?: PingResult; measured: PingResult }> {
   const { topo, opts } = ctx;
   const scope = new Scope();
   try {
@@ -326,7 +331,8 @@ async function pingSeries(spec: SubjectSpec, ctx: Context): Promise<PingResult> 
     if (primed) await startIperfServer(scope, topo.b);
     const subject = await startSubject(scope, topo, spec);
     if (primed) await iperf(scope, topo.a, subject.target, { seconds: opts.prime, omitSeconds: 0 }, subject.processes.map((p) => p.process));
-    return await ping(topo.a, subject.target, opts.pings, opts.pingInterval);
+    const fresh = opts.pingWarmup > 0 ? await ping(topo.a, subject.target, opts.pingWarmup, opts.pingInterval) : undefined;
+    return { fresh, measured: await ping(topo.a, subject.target, opts.pings, opts.pingInterval) };
   } finally {
     await scope.cleanup();
   }
@@ -460,13 +466,16 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
     }
 
     const pings = new Map<SubjectSpec, PingResult[]>();
+    const freshPings = new Map<SubjectSpec, PingResult[]>();
     for (const s of steps.filter((x) => x.kind === 'ping')) {
       const spec = s.subject!;
       if (results[specs.indexOf(spec)].status !== 'ok') continue; // its block failed: nothing to compare
-      step(s, `idle ping round ${s.run}/${opts.runs}: ${spec.kind === 'raw' ? '' : `started afresh, primed ${opts.prime} s, `}${opts.pings} pings ${opts.pingInterval * 1000} ms apart`);
+      const warmup = opts.pingWarmup > 0 ? `${opts.pingWarmup} warm-up echoes, ` : '';
+      step(s, `idle ping round ${s.run}/${opts.runs}: ${spec.kind === 'raw' ? '' : `started afresh, primed ${opts.prime} s, `}${warmup}${opts.pings} pings ${opts.pingInterval * 1000} ms apart`);
       try {
         const series = await pingSeries(spec, ctx);
-        pings.set(spec, [...(pings.get(spec) ?? []), series]);
+        pings.set(spec, [...(pings.get(spec) ?? []), series.measured]);
+        if (series.fresh) freshPings.set(spec, [...(freshPings.get(spec) ?? []), series.fresh]);
       } catch (err) {
         progress(`note: ${spec.label}: idle ping round ${s.run} failed: ${(err as Error).message.split('\n')[0]}`);
       }
@@ -476,6 +485,8 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
       const result = results[specs.indexOf(spec)];
       const series = pings.get(spec);
       if (series !== undefined) result.ping = mergePings(series);
+      const fresh = freshPings.get(spec);
+      if (fresh !== undefined) result.pingFresh = mergePings(fresh);
       if (result.runs.length > 0 || result.parallelRuns || result.udp) result.summary = summarize(result, spec.kind);
     }
 
@@ -523,7 +534,7 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
     memoryBytes: totalmem(),
     versions,
     options: {
-      duration: opts.duration, omit: opts.omit, prime: opts.prime, runs: opts.runs, pings: opts.pings, pingInterval: opts.pingInterval,
+      duration: opts.duration, omit: opts.omit, prime: opts.prime, runs: opts.runs, pings: opts.pings, pingWarmup: opts.pingWarmup, pingInterval: opts.pingInterval,
       reverse: opts.reverse, quick: opts.quick, subjects: opts.subjects,
       parallel: opts.parallel, streams: opts.streams, udp: opts.udp, udpSize: opts.udpSize, udpProbeSeconds: opts.udpProbeSeconds, udpProbes: opts.udpProbes,
       startups: opts.startups, startupIdleMs: opts.startupIdleMs, micro: opts.micro, scale: opts.scale, peers: opts.peers, scaleRate: opts.scaleRate, getSamples: opts.getSamples,

@@ -334,9 +334,35 @@ describe('idle ping', () => {
       '2:node', '2:wireguard-go-modern', '2:raw',
       '3:wireguard-go-modern', '3:raw', '3:node',
     ]);
-    const pingSeconds = 200 * 0.01 + 0.3;
+    const pingSeconds = 2 * (200 * 0.01 + 0.3); // 200 warm-up echoes, then the 200 measured
     close(steps[firstPing].seconds, 0.1 + pingSeconds, 'raw: no start to speak of, no prime');
-    close(steps[firstPing + 1].seconds, 3 + 2.7 + pingSeconds, 'roamguard: started afresh and primed');
+    close(steps[firstPing + 1].seconds, 3 + 2.7 + pingSeconds, 'roamguard: started afresh, primed, warmed');
+    const cold = plan(specs, { ...opts, pingWarmup: 0 }, []);
+    close(cold[firstPing].seconds, 0.1 + 200 * 0.01 + 0.3, '--ping-warmup 0: the measured echoes right after the prime');
+  });
+
+  test('--ping-warmup: 200 by default, 50 with --quick, any whole number given', () => {
+    assert.equal(parseBenchArgs([]).pingWarmup, 200);
+    assert.equal(parseBenchArgs(['--quick']).pingWarmup, 50);
+    assert.equal(parseBenchArgs(['--quick', '--ping-warmup', '0']).pingWarmup, 0);
+    assert.throws(() => parseBenchArgs(['--ping-warmup', '-1']), /--ping-warmup needs a whole number/);
+  });
+
+  test('the main table: the idle ping divided by wireguard-go\'s, and the fresh-start figure beside it', () => {
+    const r = sampleResults();
+    const node = r.subjects.find((x) => x.id === 'node')!;
+    const wg = r.subjects.find((x) => x.kind === 'wireguard-go')!;
+    node.summary!.rttMedianMs = 0.5;
+    node.summary!.rttFreshMedianMs = 0.62;
+    wg.summary!.rttMedianMs = 0.4;
+    r.meta.options.pingWarmup = 200;
+    const md = renderMarkdown(r).split('\n');
+    const head = row(md, 'subject');
+    const cells = row(md, 'roamguard node');
+    assert.equal(cells[head.indexOf('RTT ÷ wireguard-go')], '1.25×');
+    assert.equal(cells[head.indexOf('RTT fresh ms')], '0.620');
+    assert.equal(row(md, 'raw veth link')[head.indexOf('RTT ÷ wireguard-go')], '–');
+    assert.match(md.join('\n'), /after 200 warm-up echoes \(their median: RTT fresh\)/);
   });
 });
 
