@@ -465,8 +465,7 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
       }
     }
 
-    const pings = new Map<SubjectSpec, PingResult[]>();
-    const freshPings = new Map<SubjectSpec, PingResult[]>();
+    const pings = new Map<SubjectSpec, Array<{ fresh?: PingResult; measured: PingResult }>>();
     for (const s of steps.filter((x) => x.kind === 'ping')) {
       const spec = s.subject!;
       if (results[specs.indexOf(spec)].status !== 'ok') continue; // its block failed: nothing to compare
@@ -474,8 +473,7 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
       step(s, `idle ping round ${s.run}/${opts.runs}: ${spec.kind === 'raw' ? '' : `started afresh, primed ${opts.prime} s, `}${warmup}${opts.pings} pings ${opts.pingInterval * 1000} ms apart`);
       try {
         const series = await pingSeries(spec, ctx);
-        pings.set(spec, [...(pings.get(spec) ?? []), series.measured]);
-        if (series.fresh) freshPings.set(spec, [...(freshPings.get(spec) ?? []), series.fresh]);
+        pings.set(spec, [...(pings.get(spec) ?? []), series]);
       } catch (err) {
         progress(`note: ${spec.label}: idle ping round ${s.run} failed: ${(err as Error).message.split('\n')[0]}`);
       }
@@ -484,9 +482,11 @@ export async function runBench(opts: BenchOptions, command: string, progress: Pr
     for (const spec of runnable) {
       const result = results[specs.indexOf(spec)];
       const series = pings.get(spec);
-      if (series !== undefined) result.ping = mergePings(series);
-      const fresh = freshPings.get(spec);
-      if (fresh !== undefined) result.pingFresh = mergePings(fresh);
+      if (series !== undefined) {
+        result.ping = mergePings(series.map((x) => x.measured));
+        const fresh = series.flatMap((x) => (x.fresh ? [x.fresh] : []));
+        if (fresh.length > 0) result.pingFresh = mergePings(fresh);
+      }
       if (result.runs.length > 0 || result.parallelRuns || result.udp) result.summary = summarize(result, spec.kind);
     }
 

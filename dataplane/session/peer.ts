@@ -432,10 +432,7 @@ export class Peer implements TimerActions {
     this.refreshSendState();
     // An initiation of ours that crossed theirs is no longer needed: forget its index and wipe
     // its ephemeral key now rather than at the next handshake.
-    if (this.handshake.state === HandshakeState.InitiationCreated) {
-      this.forgetPendingHandshakeIndex();
-      this.handshake.clear();
-    }
+    if (this.handshake.state === HandshakeState.InitiationCreated) this.abandonPendingHandshake();
     this.markHandshakeComplete();
     this.sendStagedPackets();
   }
@@ -473,18 +470,22 @@ export class Peer implements TimerActions {
     this.refreshSendState();
   }
 
-  /** A pending handshake's index (one that has no keypair yet) stops leading to this peer. */
-  private forgetPendingHandshakeIndex(): void {
+  /**
+   * Drops a handshake in progress: its index (one that has no keypair yet) stops leading to this
+   * peer, then its secrets are wiped (in this order: clear() forgets which index it was).
+   */
+  private abandonPendingHandshake(): void {
     const pending = this.handshake.localIndex;
-    if (pending === 0) return;
-    const entry = this.host.indexTable.lookup(pending);
-    if (entry && entry.peer === this && !entry.keypair) this.host.indexTable.delete(pending);
+    if (pending !== 0) {
+      const entry = this.host.indexTable.lookup(pending);
+      if (entry && entry.peer === this && !entry.keypair) this.host.indexTable.delete(pending);
+    }
+    this.handshake.clear();
   }
 
   /** Makes the current sessions unusable for sending (a new handshake happens on next send). */
   expireCurrentKeypairs(): void {
-    this.forgetPendingHandshakeIndex(); // before clear(), which forgets which index it was
-    this.handshake.clear();
+    this.abandonPendingHandshake();
     this.handshake.lastSentHandshake = -Infinity;
     for (const keypair of this.keypairs.clear()) this.retireKeypair(keypair);
   }
@@ -498,8 +499,7 @@ export class Peer implements TimerActions {
   }
 
   zeroKeyMaterial(): void {
-    this.forgetPendingHandshakeIndex();
-    this.handshake.clear();
+    this.abandonPendingHandshake();
     for (const keypair of this.keypairs.clear()) this.retireKeypair(keypair);
     this.flushStagedPackets();
   }
