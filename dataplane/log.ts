@@ -33,9 +33,18 @@ export function createLogger(level: LogLevel, prefix: string, write: (line: stri
  * that launched it restarts; `roamguard wg` itself exits once the daemon is ready). Node turns a
  * write to a pipe nobody reads into an 'error' event, and an unhandled one ends the process: the
  * data plane would die at its first log line. A log line that cannot be written is lost, nothing more.
+ *
+ * The listener is ours whatever else listens: a worker's output is piped into process.stderr, and
+ * the pipe's own 'error' listener removes itself and throws when it is the last one (under tsx,
+ * whose loader thread is such a worker, that ended the daemon at its first log line after the
+ * reader left, then hung it in exit).
  */
 export function surviveLostStderr(): void {
-  if (process.stderr.listenerCount('error') === 0) process.stderr.on('error', () => {});
+  if (!process.stderr.listeners('error').includes(ignoreStderrError)) process.stderr.on('error', ignoreStderrError);
+}
+
+function ignoreStderrError(): void {
+  // The line is lost; the process goes on.
 }
 
 export const silentLogger: Logger = { error: () => {}, verbose: () => {} };

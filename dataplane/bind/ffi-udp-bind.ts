@@ -83,10 +83,10 @@ import {
   EMSGSIZE, IOVEC_SIZE, IPPROTO_IP, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PKTINFO, IPV6_PMTUDISC_PROBE, IPV6_RECVPKTINFO, IPV6_V6ONLY, IP_MTU_DISCOVER, IP_PKTINFO, IP_PMTUDISC_PROBE,
   MMSGHDR_SIZE, MSG_DONTWAIT, SOCKADDR_IN6_SIZE,
   SOCKADDR_IN_SIZE, SOCK_CLOEXEC, SOCK_DGRAM, SOCK_NONBLOCK, SOL_SOCKET, SOL_UDP, SO_MARK, SO_RCVBUF, SO_RCVBUFFORCE, SO_SNDBUF,
-  SO_RXQ_OVFL, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, type Libc,
+  SO_RXQ_OVFL, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT, errnoError, loadLibc, signalEventFd, type Libc,
 } from '../sys/libc.ts';
 import { SharedAddresses } from '../sys/shared-addresses.ts';
-import { startWorker } from '../sys/threads.ts';
+import { startWorker, wakeAtExit } from '../sys/threads.ts';
 import type { Bind, BindStats, DeliveryBracket, ReceiveHandler, ThreadSockets, ThreadSocketsFeed, TransportOpening } from './bind.ts';
 import { NOT_OPENED, readRecord, type OpenedTransport } from '../session/transport-opener.ts';
 import { shareSessions } from '../session/shared-sessions.ts';
@@ -382,6 +382,8 @@ class Session {
   stopSharing: (() => void) | undefined;
   /** The reader's own TUN descriptors (one per queue; none without a TUN), closed once it has stopped. */
   tunFds: number[] = [];
+  /** Unregisters the reader's wake-up at process exit (threads.ts). */
+  forgetAtExit: (() => void) | undefined;
 
   constructor(
     readonly fd4: number,
@@ -788,6 +790,11 @@ export class FfiUdpBind implements Bind, Liveness {
     const entry = new URL(`./udp-reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
     const worker = startWorker(entry, { ...config }, config.opening ? [config.opening.port] : undefined);
     session.worker = worker;
+    const libc = this.libc!;
+    session.forgetAtExit = wakeAtExit(() => {
+      requestStop(session.views.header);
+      signalEventFd(libc, session.wakeFd);
+    });
     liveReaders++;
     session.exited = new Promise<void>((resolve) => worker.once('exit', () => { liveReaders--; resolve(); }));
     const header = session.views.header;
@@ -846,9 +853,7 @@ export class FfiUdpBind implements Bind, Liveness {
     const header = session.views.header;
     const previous = requestStop(header);
     if (previous !== STATE_RUNNING && previous !== STATE_STOP_REQUESTED) return previous;
-    const one = new Uint8Array(8);
-    new BigUint64Array(one.buffer)[0] = 1n; // the eventfd counter increment, a host-order u64
-    this.libc!.write(session.wakeFd, one, 8); // it may sit in poll
+    signalEventFd(this.libc!, session.wakeFd); // it may sit in poll
     awaitStopped(header, STOP_TIMEOUT_MS);
     return STATE_RUNNING;
   }
@@ -882,6 +887,7 @@ export class FfiUdpBind implements Bind, Liveness {
       await session.exited;
     }
     for (const fd of session.fds) libc.close(fd);
+    session.forgetAtExit?.();
     libc.close(session.wakeFd);
     session.stopSharing?.();
     session.sessionsPort?.close();

@@ -310,6 +310,13 @@ export function cString(text: string): Uint8Array {
   return out;
 }
 
+/** Adds one to an eventfd's counter, which wakes whoever polls it. */
+export function signalEventFd(libc: Libc, fd: number): void {
+  const one = new Uint8Array(8);
+  new BigUint64Array(one.buffer)[0] = 1n; // the counter increment, a host-order u64
+  libc.write(fd, one, 8);
+}
+
 /** An Error for a failed libc call, with the errno and its symbolic name when known. */
 export function errnoError(call: string, errno: number, detail = ''): Error & { errno: number; code?: string } {
   const code = ERRNO_NAMES[errno];

@@ -1,6 +1,7 @@
 /**
- * Worker-thread plumbing shared by the TUN reader, the UDP reader and the crypto pool: starting a
- * worker from a TypeScript module on either runtime, and Atomics.waitAsync with its types.
+ * Worker-thread plumbing shared by the TUN readers and the UDP reader: starting a worker from a
+ * TypeScript module on either runtime, waking blocked threads when the process exits, and
+ * Atomics.waitAsync with its types.
  */
 import { Worker, type TransferListItem } from 'node:worker_threads';
 
@@ -41,4 +42,34 @@ export function startWorker(entry: URL, workerData: Record<string, unknown>, tra
   return tsxApi
     ? new Worker(NODE_TS_TRAMPOLINE, { eval: true, workerData: { ...workerData, entry: entry.href, tsxApi }, transferList })
     : new Worker(entry, { workerData, transferList });
+}
+
+const exitWakers = new Set<() => void>();
+
+/**
+ * Registers how to wake a thread that blocks in a system call (the readers wait in poll(2)) when
+ * the process exits; returns the function that unregisters it, to call before closing what the
+ * waker writes to. Node ends a process by joining every worker thread, and terminating a worker
+ * cannot interrupt a thread blocked outside JavaScript: before this, any uncaught exception (the
+ * UDP bind raises one on purpose when its reader fails, so that the daemon does not go on deaf)
+ * left the daemon hanging for ever, its main thread in pthread_join, its socket and interface in
+ * place. Wakers must be synchronous ('exit' listeners cannot wait) and must not throw.
+ */
+export function wakeAtExit(wake: () => void): () => void {
+  if (exitWakers.size === 0) process.once('exit', wakeBlockedThreads);
+  exitWakers.add(wake);
+  return () => {
+    exitWakers.delete(wake);
+    if (exitWakers.size === 0) process.removeListener('exit', wakeBlockedThreads);
+  };
+}
+
+function wakeBlockedThreads(): void {
+  for (const wake of exitWakers) {
+    try {
+      wake();
+    } catch {
+      // The process is ending: the other threads must still be woken.
+    }
+  }
 }

@@ -13,8 +13,8 @@
  * taking from and recovers it.
  */
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
-import { EFD_CLOEXEC, EFD_NONBLOCK, errnoError, type Libc } from '../sys/libc.ts';
-import { startWorker } from '../sys/threads.ts';
+import { EFD_CLOEXEC, EFD_NONBLOCK, errnoError, signalEventFd, type Libc } from '../sys/libc.ts';
+import { startWorker, wakeAtExit } from '../sys/threads.ts';
 import { StallWatch, WATCH_INTERVAL_MS as RING_WATCH_INTERVAL_MS, type StallHandler } from '../watchdog.ts';
 import type { ReaderConfig } from './reader-worker.ts';
 import { DEFAULT_SLOTS, DEVICE_GONE, PACKET_OFFSET, READ_ERRORS, SENDER_FAILED, SEND_ERRORS, SLOT_SIZE, ringBytes, ringViews, type RingViews } from './ring.ts';
@@ -73,6 +73,8 @@ export class TunQueue {
   /** Settles when the reader thread has exited (at once without one). */
   private exited: Promise<void> = Promise.resolve();
   private wakeFd = -1;
+  /** Unregisters the reader's wake-up at process exit (threads.ts). */
+  private forgetAtExit: (() => void) | undefined;
   private stopFeeding: (() => void) | undefined;
   /** Posts a change to the reader's sender (set while it sends). */
   private postToSender: ((message: SenderMessage) => void) | undefined;
@@ -127,6 +129,10 @@ export class TunQueue {
     const entry = new URL(`./reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
     const worker = startWorker(entry, { ...config }, transfer);
     this.worker = worker;
+    this.forgetAtExit = wakeAtExit(() => {
+      requestStop(this.ring.header);
+      this.wakeReader();
+    });
     this.exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
     if (this.options.watchdog !== false) {
       this.ringTimer = setInterval(this.watchRing, RING_WATCH_INTERVAL_MS);
@@ -212,6 +218,8 @@ export class TunQueue {
     this.stopReader();
     this.stopFeeding?.();
     this.stopFeeding = undefined;
+    this.forgetAtExit?.();
+    this.forgetAtExit = undefined;
     if (this.wakeFd >= 0) this.libc.close(this.wakeFd);
     this.wakeFd = -1;
     settleWaits(this.ring.header);
@@ -237,10 +245,7 @@ export class TunQueue {
 
   /** Interrupts the reader's poll (it then looks at STATE and at posted changes). */
   private wakeReader(): void {
-    if (this.wakeFd < 0) return;
-    const one = new Uint8Array(8);
-    new BigUint64Array(one.buffer)[0] = 1n; // the eventfd counter increment, a host-order u64
-    this.libc.write(this.wakeFd, one, 8);
+    if (this.wakeFd >= 0) signalEventFd(this.libc, this.wakeFd);
   }
 
   private waitForPackets(): void {

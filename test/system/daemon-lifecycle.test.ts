@@ -8,7 +8,8 @@
  *     detached daemon is then found by its socket (`ss -xlpn`) and stopped by that pid;
  *   - a second daemon for a live name fails with a clear error and leaves the first running
  *     (same namespace: the TUN is taken; another namespace: the socket answers);
- *   - the reader of its stderr gone (the launcher exited), logging does not end it;
+ *   - the reader of its stderr gone (the launcher exited), logging does not end it and SIGTERM
+ *     still does, also when it runs from its sources through tsx;
  *   - an invalid interface name, and LOG_LEVEL=bogus, fail at once with one line of error;
  *   - ready means ready: the first ping right after two daemons report ready is answered at once
  *     (it used to wait 1-3 s for the crypto workers to load), and a daemon stopped within its
@@ -155,12 +156,19 @@ describe('daemon: life cycle and exit rules', () => {
     }
   });
 
-  for (const implementation of ['roamguard-node', 'roamguard-bun'] as const) {
-    test(`${implementation}: whoever read its stderr gone, it keeps running and logging costs nothing`, { timeout: 60_000 }, async () => {
+  const stderrCases = [
+    { label: 'roamguard-node', implementation: 'roamguard-node', fromSources: false },
+    { label: 'roamguard-bun', implementation: 'roamguard-bun', fromSources: false },
+    // Under tsx a worker (tsx's loader thread) pipes into stderr before the daemon's own code runs.
+    { label: 'roamguard-node from its sources (tsx)', implementation: 'roamguard-node', fromSources: true },
+  ] as const;
+  for (const { label, implementation, fromSources } of stderrCases) {
+    test(`${label}: whoever read its stderr gone, it keeps running, logging costs nothing, SIGTERM ends it`, { timeout: 60_000 }, async () => {
       // What happens to every detached daemon: `roamguard wg` (or the agent that ran it) exits
       // and the read end of the daemon's stderr closes. A log line written after that used to
-      // end the process (an unhandled EPIPE): the data plane died at its first error.
-      const daemon = await UserspaceWg.start(scope, topo.a, { implementation, logLevel: 'verbose' });
+      // end the process (an unhandled EPIPE): the data plane died at its first error. Under tsx
+      // it then also hung in exit, its reader threads blocked in poll.
+      const daemon = await UserspaceWg.start(scope, topo.a, { implementation, fromSources, logLevel: 'verbose' });
       daemon.process.child.stderr!.destroy();
       for (let i = 0; i < 3; i++) {
         // Each control-socket request logs a verbose line into the closed pipe.
@@ -170,7 +178,9 @@ describe('daemon: life cycle and exit rules', () => {
       }
       assert.equal(daemon.process.running, true, `the daemon still runs\n${daemon.describe()}`);
       assert.equal(await linkExists(topo.a, daemon.ifname), true, 'its interface is still there');
-      await daemon.stop();
+      // Its shutdown logs too, into the closed pipe.
+      process.kill(daemon.process.pid, 'SIGTERM');
+      await assertExitsCleanly(daemon, 'SIGTERM with its stderr gone');
     });
   }
 

@@ -50,8 +50,13 @@ export function hasWireGuardGoModern(path = WIREGUARD_GO_MODERN): boolean {
 export interface UserspaceWgOptions extends StartOptions {
   /** Default 'roamguard-node'. */
   implementation?: Implementation;
-  /** roamguard only: `--threads N` (crypto workers; 0 = main thread). Default: the daemon's. */
+  /** roamguard only: `--threads N` (data threads; 0 = one TUN queue). Default: the daemon's. */
   threads?: number;
+  /**
+   * roamguard under Node only: run the TypeScript sources through tsx, as bin/launch.mjs does in a
+   * checkout whose sources changed since they were compiled. Default: whatever the launcher picks.
+   */
+  fromSources?: boolean;
   /** roamguard only: ROAMGUARD_TEST_TIMINGS (milliseconds). Default: the test's own env value. */
   timings?: Record<string, number>;
   /** wireguard-go-modern only: its binary. Default {@link WIREGUARD_GO_MODERN}. */
@@ -68,10 +73,16 @@ export function launchSpec(implementation: Implementation, ifname: string, optio
   const runtime = implementation === 'roamguard-bun' ? 'bun' : 'node';
   const timings = options.timings ? JSON.stringify(options.timings) : process.env.ROAMGUARD_TEST_TIMINGS;
   if (timings !== undefined) env.ROAMGUARD_TEST_TIMINGS = timings;
-  const args = ['--runtime', runtime, 'wg', '-f'];
+  const args = ['wg', '-f'];
   if (options.threads !== undefined) args.push('--threads', String(options.threads));
   args.push(ifname);
-  return { command: ROAMGUARD_BIN, args, env, label: `roamguard(${runtime}) ${ifname}` };
+  if (options.fromSources === true) {
+    if (runtime !== 'node') throw new Error('fromSources: tsx is for Node; Bun runs the sources natively');
+    env.ROAMGUARD_RUNTIME = 'node';
+    const tsx = join(REPO_ROOT, 'node_modules/tsx/dist/loader.mjs');
+    return { command: 'node', args: ['--import', tsx, join(REPO_ROOT, 'bin/roamguard.ts'), ...args], env, label: `roamguard(node, sources) ${ifname}` };
+  }
+  return { command: ROAMGUARD_BIN, args: ['--runtime', runtime, ...args], env, label: `roamguard(${runtime}) ${ifname}` };
 }
 
 /** A userspace WireGuard daemon of any implementation, in the foreground inside a namespace. */
