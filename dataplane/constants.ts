@@ -55,7 +55,8 @@ export const MAX_STAGED_PACKETS = 128;
 /**
  * How long before a keypair's reject-after time the threads that use it on their own stop doing
  * so (the receiving thread's delivery, the sending thread's sealing): they have no clock of ours,
- * and the main thread's tick (every 100 ms) takes the keypair back from them this early.
+ * and the main thread's timer, which runs at that moment (core.nextDeadline), takes the keypair
+ * back from them this early.
  */
 export const THREAD_KEYPAIR_MARGIN_MS = 1000;
 

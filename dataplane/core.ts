@@ -568,11 +568,38 @@ export class WireGuardCore implements PeerHost {
     if (next?.readerDelivers && next.created <= createdBefore) next.stopReaderDelivery();
   }
 
-  /** The earliest time (monotonic ms) at which `tick` has work to do. */
-  nextDeadline(): number {
+  /**
+   * The earliest time (monotonic ms) after `now` at which `tick` has work to do: a peer's timer,
+   * or a keypair reaching THREAD_KEYPAIR_MARGIN_MS before its reject-after time (the tick then
+   * takes it back from the threads: stopReaderDeliveryNearExpiry, refreshSendState). What was due
+   * at `now` or before, the tick at `now` has done.
+   */
+  nextDeadline(now: number = this.clock.now()): number {
     let next = Infinity;
-    for (const peer of this.peersByKey.values()) next = Math.min(next, peer.timers.nextDeadline());
+    const threadsUntil = this.timings.rejectAfterTime - THREAD_KEYPAIR_MARGIN_MS;
+    const after = (keypair: Keypair | null) => {
+      const at = keypair === null ? Infinity : keypair.created + threadsUntil;
+      if (at > now && at < next) next = at;
+    };
+    for (const peer of this.peersByKey.values()) {
+      next = Math.min(next, peer.timers.nextDeadline());
+      const { previous, current, next: upcoming } = peer.keypairs;
+      after(previous);
+      after(current);
+      after(upcoming);
+    }
     return next;
+  }
+
+  /**
+   * How long the device's timer may sleep without missing a deadline armed while it sleeps: less
+   * than the shortest deadline an event can arm (timers.ts: a keepalive after a receive, a handshake
+   * retransmit, a persistent keepalive of one second; a new keypair's thread margin), and at most
+   * a second, which is also how often idle rate-limiter entries go.
+   */
+  longestTickMs(): number {
+    const t = this.timings;
+    return Math.max(1, Math.min(1000, t.keepaliveTimeout, t.rekeyTimeout, t.rejectAfterTime - THREAD_KEYPAIR_MARGIN_MS));
   }
 
   /** Bytes of headroom before and room after a packet that in-place sealing needs. */

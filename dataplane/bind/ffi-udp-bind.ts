@@ -90,7 +90,7 @@ import { startWorker, wakeAtExit } from '../sys/threads.ts';
 import type { Bind, BindStats, DeliveryBracket, ReceiveHandler, ThreadSockets, ThreadSocketsFeed, TransportOpening } from './bind.ts';
 import { NOT_OPENED, readRecord, type OpenedTransport } from '../session/transport-opener.ts';
 import { shareSessions } from '../session/shared-sessions.ts';
-import { StallWatch, WATCH_INTERVAL_MS, type Liveness, type StallHandler } from '../watchdog.ts';
+import { StallWatch, lookEveryInterval, type Liveness, type StallHandler } from '../watchdog.ts';
 import type { UdpReaderConfig } from './udp-reader-worker.ts';
 import {
   KERNEL_DROPS, LOCAL_FAMILY, LOCAL_IFINDEX, LOCAL_WORDS, NAME_SIZE, OPENER_FAILED, READER_FAILED, READ_ERRORS, SLOT_RECORD_INTS, TRUNCATED,
@@ -102,7 +102,7 @@ import {
   CONSUMER_WAITING, LAST_ERRNO, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED, STATE_STOP_REQUESTED, WRITE_SEQ, awaitStopped,
   release, requestStop, seqAdd, seqDistance,
 } from '../ring/shared-ring.ts';
-import { READER_WAIT_BACKSTOP_MS, awaitBooted, awaitChange, settleWaits } from '../ring/ring-wait.ts';
+import { WaitBackstop, awaitBooted, awaitChange, settleWaits } from '../ring/ring-wait.ts';
 import {
   PKTINFO6_SPACE, SOURCE_GONE, STOPPED_FULL, STOPPED_GSO, STOPPED_SOURCE, TxArea, encodeSockaddr,
   encodeSourceControl, newSendProgress, sendInPlace,
@@ -384,6 +384,7 @@ class Session {
   tunFds: number[] = [];
   /** Unregisters the reader's wake-up at process exit (threads.ts). */
   forgetAtExit: (() => void) | undefined;
+  readonly backstop = new WaitBackstop();
 
   constructor(
     readonly fd4: number,
@@ -439,7 +440,8 @@ export class FfiUdpBind implements Bind, Liveness {
   stalls = 0;
   onStall: StallHandler | undefined = undefined;
   private readonly ringWatch = new StallWatch('UDP ring');
-  private watchTimer: ReturnType<typeof setInterval> | undefined;
+  /** Ends the ring's watch (watchdog.ts). */
+  private stopWatching: (() => void) | undefined;
   /** A reader of an earlier session (an earlier listen port) could not load an AEAD provider. */
   private openerFailedBefore = false;
   private wakeUps = 0;
@@ -651,9 +653,8 @@ export class FfiUdpBind implements Bind, Liveness {
       }
       this.startReader(session);
       this.session = session;
-      if (this.options.watchdog !== false && this.watchTimer === undefined) {
-        this.watchTimer = setInterval(this.watchRing, WATCH_INTERVAL_MS);
-        this.watchTimer.unref?.();
+      if (this.options.watchdog !== false && this.stopWatching === undefined) {
+        this.stopWatching = lookEveryInterval(this.watchRing);
       }
       this.stats.attach(session.views.header);
       this.port = chosen;
@@ -870,8 +871,8 @@ export class FfiUdpBind implements Bind, Liveness {
     if (!session) return;
     const libc = this.libc!;
     this.session = undefined;
-    if (this.watchTimer !== undefined) clearInterval(this.watchTimer);
-    this.watchTimer = undefined;
+    this.stopWatching?.();
+    this.stopWatching = undefined;
     this.port = 0;
     const header = session.views.header;
     const previous = this.stopReader(session);
@@ -906,8 +907,8 @@ export class FfiUdpBind implements Bind, Liveness {
     const seen = Atomics.load(header, WRITE_SEQ);
     if (seen !== session.readSeq) return this.schedulePump(session);
     const token = ++session.waitToken;
-    // The wait also ends after its backstop (a lost notify; the pump looks again).
-    const woken = awaitChange(header, WRITE_SEQ, CONSUMER_WAITING, seen, this.options.loseWakeUp === undefined ? READER_WAIT_BACKSTOP_MS : undefined);
+    // The wait also ends after its backstop (a lost notify, items published without ringing; the pump looks again).
+    const woken = awaitChange(header, WRITE_SEQ, CONSUMER_WAITING, seen, this.options.loseWakeUp === undefined ? session.backstop.next(seen) : undefined);
     if (woken === undefined) return this.schedulePump(session);
     void woken.then(() => {
       if (++this.wakeUps === this.options.loseWakeUp) return; // test only: a lost notify

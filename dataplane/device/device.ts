@@ -43,8 +43,18 @@ async function settledWithin(work: Promise<unknown>, timeoutMs: number): Promise
   }
 }
 
-/** How often the timer rules are evaluated; their resolution is far coarser than this. */
-const TICK_INTERVAL_MS = 100;
+/**
+ * The device's timer runs at the core's next deadline, at least every core.longestTickMs() (a
+ * second): an idle daemon wakes about once a second for it instead of ten times (it ran every
+ * 100 ms). Never sooner than this after the last run (a timer's resolution), so that a deadline
+ * left due by mistake could not spin it.
+ */
+const TICK_MIN_MS = 1;
+
+/** How long the device's timer sleeps after a run at `now` (see TICK_MIN_MS). */
+export function nextTickDelay(core: WireGuardCore, now: number): number {
+  return Math.min(Math.max(core.nextDeadline(now) - now, TICK_MIN_MS), core.longestTickMs());
+}
 
 export interface DeviceOptions {
   tun: Tun;
@@ -68,7 +78,7 @@ export class Device {
   readonly bind: Bind;
   readonly logger: Logger;
   fwmark = 0;
-  private ticker: ReturnType<typeof setInterval> | undefined;
+  private ticker: ReturnType<typeof setTimeout> | undefined;
   private readonly single: Uint8Array[] = [new Uint8Array(0)];
   /** Packets delivered during one run of received datagrams (views into the bind's buffers, valid until its end). */
   private collecting = false;
@@ -180,7 +190,7 @@ export class Device {
       bind.takeReceived?.();
       for (let i = 0; i < count; i++) core.sendPacket(packets[i]);
     });
-    this.ticker = setInterval(() => this.tick(), TICK_INTERVAL_MS);
+    this.scheduleTick();
     this.threadsRunning = Promise.all([this.bind.ready?.(), this.tun.ready?.()]).then(() => {
       this.logger.verbose(`device started: UDP port ${this.bind.port}, MTU ${this.tun.mtu}, TUN queues ${this.tun.readPerQueue?.length ?? 1}`);
       if (this.bind.openerFailed === true) {
@@ -202,6 +212,20 @@ export class Device {
     this.followMtu();
     this.core.tick();
   }
+
+  /** Arms the device's timer for the core's next deadline (see TICK_MIN_MS). */
+  private scheduleTick(): void {
+    this.ticker = setTimeout(this.runTick, nextTickDelay(this.core, this.core.clock.now()));
+  }
+
+  private readonly runTick = (): void => {
+    if (this.closed) return;
+    try {
+      this.tick();
+    } finally {
+      this.scheduleTick(); // as an interval would: one failing run does not end the timer
+    }
+  };
 
   /**
    * Pads for the device's MTU as it is now. A stale larger one padded a packet past the MTU that
@@ -298,7 +322,7 @@ export class Device {
     // Threads still booting finish first: a worker torn down while it loads a native addon
     // (koffi) aborts the whole process. The daemon may be told to stop right after it answered.
     await this.threadsRunning?.catch(() => {});
-    if (this.ticker) clearInterval(this.ticker);
+    if (this.ticker) clearTimeout(this.ticker);
     for (const peer of [...this.core.peers]) this.core.removePeer(peer.publicKey);
     this.tun.close();
     // A thread can still be booting here although threadsRunning settled: the interface deleted

@@ -15,7 +15,7 @@
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import { EFD_CLOEXEC, EFD_NONBLOCK, errnoError, signalEventFd, type Libc } from '../sys/libc.ts';
 import { startWorker, wakeAtExit } from '../sys/threads.ts';
-import { StallWatch, WATCH_INTERVAL_MS as RING_WATCH_INTERVAL_MS, type StallHandler } from '../watchdog.ts';
+import { StallWatch, lookEveryInterval, type StallHandler } from '../watchdog.ts';
 import type { ReaderConfig } from './reader-worker.ts';
 import { DEFAULT_SLOTS, DEVICE_GONE, PACKET_OFFSET, READ_ERRORS, SENDER_FAILED, SEND_ERRORS, SLOT_SIZE, ringBytes, ringViews, type RingViews } from './ring.ts';
 import { LEFT, NO_ROOM, RECORD_INTS, R_LENGTH, R_OUTCOME, R_PEER } from '../session/transport-sealer.ts';
@@ -25,7 +25,7 @@ import { SENT_BOOKS_BYTES, SentBooks } from './sent-books.ts';
 import {
   CONSUMER_WAITING, LAST_ERRNO, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, WRITE_SEQ, awaitStopped, release, requestStop, seqAdd, seqDistance,
 } from '../ring/shared-ring.ts';
-import { READER_WAIT_BACKSTOP_MS, awaitBooted, awaitChange, settleWaits } from '../ring/ring-wait.ts';
+import { WaitBackstop, awaitBooted, awaitChange, settleWaits } from '../ring/ring-wait.ts';
 import type { SentHandler, TunSending } from './tun.ts';
 
 /** How close() waits for the reader to acknowledge the stop request (it normally takes microseconds). */
@@ -65,7 +65,8 @@ export class TunQueue {
   private readonly books = new SentBooks(this.booksBuffer);
   private readonly packets: Uint8Array[] = [];
   private readonly ringWatch: StallWatch;
-  private ringTimer: ReturnType<typeof setInterval> | undefined;
+  /** Ends the ring's watch (watchdog.ts). */
+  private stopWatching: (() => void) | undefined;
   /** Identifies the current wait; a wake-up of an abandoned one (the watchdog's recovery) is ignored. */
   private waitToken = 0;
   private wakeUps = 0;
@@ -75,6 +76,7 @@ export class TunQueue {
   private wakeFd = -1;
   /** Unregisters the reader's wake-up at process exit (threads.ts). */
   private forgetAtExit: (() => void) | undefined;
+  private readonly backstop = new WaitBackstop();
   private stopFeeding: (() => void) | undefined;
   /** Posts a change to the reader's sender (set while it sends). */
   private postToSender: ((message: SenderMessage) => void) | undefined;
@@ -135,8 +137,7 @@ export class TunQueue {
     });
     this.exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
     if (this.options.watchdog !== false) {
-      this.ringTimer = setInterval(this.watchRing, RING_WATCH_INTERVAL_MS);
-      this.ringTimer.unref?.();
+      this.stopWatching = lookEveryInterval(this.watchRing);
     }
     worker.on('error', (err) => {
       if (!this.stopped) this.owner.gone(err instanceof Error ? err : new Error(String(err)));
@@ -213,8 +214,8 @@ export class TunQueue {
   stop(): void {
     if (this.stopped) return;
     this.stopped = true;
-    if (this.ringTimer) clearInterval(this.ringTimer);
-    this.ringTimer = undefined;
+    this.stopWatching?.();
+    this.stopWatching = undefined;
     this.stopReader();
     this.stopFeeding?.();
     this.stopFeeding = undefined;
@@ -255,8 +256,9 @@ export class TunQueue {
     if (seen !== this.readSeq || Atomics.load(header, DEVICE_GONE) === 1) return this.schedulePump();
     const token = ++this.waitToken;
     const loseWakeUp = this.options.loseWakeUp;
-    // The wait also ends after its backstop (a lost notify; the pump looks again).
-    const woken = awaitChange(header, WRITE_SEQ, CONSUMER_WAITING, seen, loseWakeUp === undefined ? READER_WAIT_BACKSTOP_MS : undefined);
+    // The wait also ends after its backstop (a lost notify, items published without ringing, books
+    // in the table; the pump looks again). `read` counts both the ring's packets and the table's books.
+    const woken = awaitChange(header, WRITE_SEQ, CONSUMER_WAITING, seen, loseWakeUp === undefined ? this.backstop.next(this.read) : undefined);
     if (woken === undefined) return this.schedulePump();
     void woken.then(() => {
       if (++this.wakeUps === loseWakeUp) return; // test only: a lost notify
@@ -269,7 +271,7 @@ export class TunQueue {
   }
 
   /**
-   * The watchdog (every RING_WATCH_INTERVAL_MS while the reader runs): packets the reader
+   * The watchdog (every WATCH_INTERVAL_MS while the reader runs): packets the reader
    * published and the main thread has not taken for STALL_MS mean its wake-up went astray.
    * Reported once, counted, recovered by abandoning the wait and pumping now. (The reader's own
    * wait for room is bounded already.)

@@ -19,7 +19,10 @@ import {
   CONSUMER_WAITING, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, STATE_STOPPED, STATE_STOP_REQUESTED, WRITE_SEQ, awaitStopped, beginRunning,
   finishWorker, publish, release, requestStop, ringFull, seqAdd, seqDistance, FAILED, LAST_ERRNO, RING_HEADER_INTS,
 } from '../../dataplane/ring/shared-ring.ts';
-import { awaitBooted, awaitChange, settleWaits } from '../../dataplane/ring/ring-wait.ts';
+import {
+  READER_WAIT_BACKSTOP_MAX_MS, READER_WAIT_BACKSTOP_MS, WaitBackstop, awaitBooted, awaitChange, settleWaits,
+} from '../../dataplane/ring/ring-wait.ts';
+import { STALL_MS } from '../../dataplane/watchdog.ts';
 import { startWorker } from '../../dataplane/sys/threads.ts';
 import { TEST_HEADER_INTS, type RingWorkerConfig } from './shared-ring-worker.ts';
 
@@ -123,6 +126,17 @@ describe('the doorbell', () => {
     publish(header, 1);
     assert.equal(Atomics.load(header, WRITE_SEQ), 1);
     assert.equal(Atomics.load(header, CONSUMER_WAITING), 0);
+  });
+
+  test("a quiet ring's backstop doubles up to its cap; anything arriving brings it back", () => {
+    const backstop = new WaitBackstop();
+    assert.equal(backstop.next(5), READER_WAIT_BACKSTOP_MS, 'the first wait');
+    const quiet = [1, 2, 3, 4, 5].map(() => backstop.next(5));
+    assert.deepEqual(quiet, [200, 400, 400, 400, 400], 'nothing new since the last wait: twice as long, up to the cap');
+    assert.equal(backstop.next(6), READER_WAIT_BACKSTOP_MS, 'something arrived');
+    assert.equal(backstop.next(6), 2 * READER_WAIT_BACKSTOP_MS);
+    // Items published without ringing wait at most for the backstop: never as long as a stall.
+    assert.ok(READER_WAIT_BACKSTOP_MAX_MS <= STALL_MS / 2);
   });
 
   test('a backstop ends a wait nobody notifies', async () => {
