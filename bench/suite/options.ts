@@ -76,7 +76,8 @@ ratio) and Debian's (each tunnel runs the same implementation on both sides). Pe
 with 4 parallel streams, A→B, median of N runs (Gbit/s, retransmits); a UDP sweep at a fixed
 datagram size for the highest rate with under 1 % loss (Mbit/s, packets/s); ping RTT median and
 p99; CPU seconds of both tunnel processes (all threads) per GB carried; peak RSS (VmHWM); and,
-from starts of one daemon alone, the time until its control socket answers and its idle RSS.
+from starts of one daemon alone, the time until its control socket answers, its idle RSS and
+what staying idle costs it (CPU time and thread wake-ups a second).
 Then microbenchmarks under Node and Bun in child processes (AEAD MB/s per crypto provider at
 64/512/1420 B, handshakes/s on one core, allowed-IPs lookups/s with 1, 1 000 and 100 000
 prefixes, heap per peer) and a scale run: one roamguard daemon with 1 000 peers (its RSS, the
@@ -107,7 +108,8 @@ created afterwards, also on Ctrl-C. Full run: about 6 minutes on 2 cores; --quic
   --udp-probes N   most iperf3 UDP probes per subject (default 8, of 2 s each)
   --no-udp         skip the UDP sweep
   --startups N     starts of each tunnel daemon alone in a namespace, timed from the spawn to the
-                   first complete answer of its control socket to get=1, then 2 s idle: its RSS
+                   first complete answer of its control socket to get=1, then 2 s idle: its RSS;
+                   then 2 s more: its CPU time and thread wake-ups a second
                    (default 3; medians reported; 0 = none)
   --no-micro       skip the microbenchmarks
   --peers N        peers of the scale run (default 1000, at most ${MAX_SCALE_PEERS})

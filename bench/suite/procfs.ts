@@ -100,6 +100,42 @@ export function memoryStatus(pid: number): MemoryStatus {
   return { peakRssBytes: field('VmHWM') * 1024, rssBytes: field('VmRSS') * 1024, threads: field('Threads') };
 }
 
+/** What the scheduler counted for one thread: CPU time, and how often the thread was put on a CPU. */
+export interface ThreadSched {
+  cpuNs: number;
+  /** Times it ran: each wake-up, and each return after being preempted. */
+  runs: number;
+}
+
+/**
+ * /proc/PID/task/TID/schedstat of every live thread of `pid`, by thread id: nanoseconds on a CPU
+ * and the count of times it ran. Finer than /proc/PID/stat's clock ticks, which an idle daemon's
+ * few milliseconds a second fall through.
+ */
+export function threadSched(pid: number): Map<number, ThreadSched> {
+  const out = new Map<number, ThreadSched>();
+  let tids: string[];
+  try { tids = readdirSync(`/proc/${pid}/task`); } catch { return out; }
+  for (const tid of tids) {
+    let fields: string[];
+    try { fields = readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').trim().split(' '); } catch { continue; }
+    out.set(Number(tid), { cpuNs: Number(fields[0]), runs: Number(fields[2]) });
+  }
+  return out;
+}
+
+/** CPU milliseconds and runs per second between two readings `seconds` apart (a thread new in the second counts from zero; one that ended is left out). */
+export function schedRates(before: Map<number, ThreadSched>, after: Map<number, ThreadSched>, seconds: number): { cpuMsPerSecond: number; runsPerSecond: number } {
+  let cpuNs = 0;
+  let runs = 0;
+  for (const [tid, now] of after) {
+    const then = before.get(tid) ?? { cpuNs: 0, runs: 0 };
+    cpuNs += now.cpuNs - then.cpuNs;
+    runs += now.runs - then.runs;
+  }
+  return { cpuMsPerSecond: cpuNs / 1e6 / seconds, runsPerSecond: runs / seconds };
+}
+
 const PF_KTHREAD = 0x00200000;
 
 /** CPU seconds per live user-space process, keyed by pid, with its network namespace inode. */

@@ -5,7 +5,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { BenchResults, SubjectResult } from './results.ts';
+import { IDLE_CPU_WINDOW_MS, type BenchResults, type SubjectResult } from './results.ts';
 
 const num = (v: number | undefined, digits: number): string => (v === undefined || !Number.isFinite(v) ? '–' : v.toFixed(digits));
 /** `a ÷ b` as `1.23×`, or `–` when either is missing, not finite, or b is 0 (exported for tests). */
@@ -230,7 +230,7 @@ export function renderCpuTable(results: BenchResults): string[] {
 }
 
 /**
- * Start-up time and idle memory per subject (bench/suite/startup.ts): one daemon started alone,
+ * Start-up time and idle cost per subject (bench/suite/startup.ts): one daemon started alone,
  * timed to its control socket's first answer, then its RSS idle; ratios against wireguard-go.
  */
 export function renderStartupTable(results: BenchResults): string[] {
@@ -239,15 +239,17 @@ export function renderStartupTable(results: BenchResults): string[] {
   const reference = referenceSubject(results.subjects)?.summary;
   const o = results.meta.options;
   const lines: string[] = [];
-  lines.push('### Start-up and idle memory', '');
+  lines.push('### Start-up and idle cost', '');
   lines.push(`One daemon started alone in a namespace (\`-f\`, unconfigured), ${o.startups ?? '?'} time${o.startups === 1 ? '' : 's'}: ` +
     'ready = from the spawn to the first complete answer of its control socket to `get=1` (polled every 5 ms; what `wg` and wg-quick wait for); ' +
-    `idle RSS = its VmRSS ${(o.startupIdleMs ?? 2000) / 1000} s later, with its thread count. Medians of the starts.`, '');
-  lines.push(...markdownHead(['subject', 'ready ms', 'min–max', 'idle RSS MiB', 'threads', 'ready ÷ wg-go', 'idle RSS ÷ wg-go']));
+    `idle RSS = its VmRSS ${(o.startupIdleMs ?? 2000) / 1000} s later, with its thread count; ` +
+    `idle CPU and wake-ups = over the ${IDLE_CPU_WINDOW_MS / 1000} s after that, every thread's schedstat (CPU time, and the times a thread ran). Medians of the starts.`, '');
+  lines.push(...markdownHead(['subject', 'ready ms', 'min–max', 'idle RSS MiB', 'threads', 'idle CPU ms/s', 'idle wake-ups/s', 'ready ÷ wg-go', 'idle RSS ÷ wg-go']));
   for (const s of measured) {
     const m = s.summary!;
     lines.push(markdownRow([
       s.label, num(m.startupMs, 0), `${num(m.startupMsMin, 0)}–${num(m.startupMsMax, 0)}`, mib(m.idleRssBytes, 1), num(m.idleThreads, 0),
+      num(m.idleCpuMsPerSecond, 2), num(m.idleRunsPerSecond, 1),
       ratio(m.startupMs, reference?.startupMs), ratio(m.idleRssBytes, reference?.idleRssBytes),
     ]));
   }

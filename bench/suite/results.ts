@@ -6,6 +6,9 @@ import type { StartupRecord } from './startup.ts';
 import type { SweepStop } from './sweep.ts';
 import type { IperfRun, PingResult, UdpProbe } from './tools.ts';
 
+/** How long each start's idle cost is measured, after its RSS reading (startup.ts). */
+export const IDLE_CPU_WINDOW_MS = 2000;
+
 export interface RunRecord {
   direction: 'a-to-b' | 'b-to-a';
   /** Parallel TCP streams (1 unless the run is one of `parallelRuns`). */
@@ -122,6 +125,9 @@ export interface SubjectSummary {
   /** Its VmRSS idle after the start, median, bytes; its threads then. */
   idleRssBytes?: number;
   idleThreads?: number;
+  /** What staying idle costs it (medians of the starts): CPU ms a second, and wake-ups of its threads a second. */
+  idleCpuMsPerSecond?: number;
+  idleRunsPerSecond?: number;
   /** CPU seconds used by other processes during the runs, per second of run (0.5 = half a core). */
   foreignCpuLoad: number;
   /** TCP with `parallelStreams` streams: median, min, max Gbit/s and median retransmits of the runs. */

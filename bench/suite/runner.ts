@@ -20,7 +20,7 @@ import { cpuSeconds, cpuSplit, foreignCpu, formatTop, memoryStatus, namedNetnsIn
 import { runMicro, microSeconds } from './micro.ts';
 import type { BenchOptions } from './options.ts';
 import { estimateSecondsLeft, formatDuration } from './progress.ts';
-import type { BenchMeta, BenchResults, MicroSection, RunRecord, SubjectResult, SubjectSummary } from './results.ts';
+import { IDLE_CPU_WINDOW_MS, type BenchMeta, type BenchResults, type MicroSection, type RunRecord, type SubjectResult, type SubjectSummary } from './results.ts';
 import { runScale, scaleSeconds } from './scale.ts';
 import { measureStartup } from './startup.ts';
 import { maximum, median, minimum } from './stats.ts';
@@ -65,7 +65,7 @@ export function plan(specs: readonly SubjectSpec[], opts: BenchOptions, microRun
   for (const subject of specs) {
     const label = subject.label;
     if (subject.kind !== 'raw' && opts.startups > 0) {
-      steps.push({ label, subject, kind: 'startup', seconds: opts.startups * (opts.startupIdleMs / 1000 + (subject.kind === 'roamguard' ? 1 : 0.3)) });
+      steps.push({ label, subject, kind: 'startup', seconds: opts.startups * ((opts.startupIdleMs + IDLE_CPU_WINDOW_MS) / 1000 + (subject.kind === 'roamguard' ? 1 : 0.3)) });
     }
     steps.push({ label, subject, kind: 'start', seconds: startSeconds(subject) });
     if (subject.kind !== 'raw' && opts.prime > 0) steps.push({ label, subject, kind: 'prime', seconds: opts.prime + 0.7 });
@@ -200,6 +200,8 @@ export function summarize(result: SubjectResult, kind: string): SubjectSummary {
     summary.startupMsMax = maximum(starts.map((x) => x.readyMs));
     summary.idleRssBytes = median(starts.map((x) => x.idleRssBytes));
     summary.idleThreads = median(starts.map((x) => x.threads));
+    summary.idleCpuMsPerSecond = median(starts.map((x) => x.idleCpuMsPerSecond));
+    summary.idleRunsPerSecond = median(starts.map((x) => x.idleRunsPerSecond));
   }
   const all = [...result.runs, ...(result.parallelRuns ?? [])];
   const wall = all.reduce((s, r) => s + r.wallSeconds, 0);
@@ -345,7 +347,7 @@ async function measureSubject(spec: SubjectSpec, result: SubjectResult, ctx: Con
   const scope = new Scope();
   try {
     for (const s of take('startup')) {
-      step(s, `${opts.startups} starts of one daemon alone: time until its control socket answers, RSS after ${opts.startupIdleMs / 1000} s idle`);
+      step(s, `${opts.startups} starts of one daemon alone: time until its control socket answers, RSS after ${opts.startupIdleMs / 1000} s idle, then ${IDLE_CPU_WINDOW_MS / 1000} s of idle CPU and wake-ups`);
       // Its own scope: every daemon of this step is stopped before the tunnel starts.
       const startupScope = new Scope();
       try {

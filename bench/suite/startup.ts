@@ -1,15 +1,18 @@
 /**
- * Start-up time and idle memory of one tunnel daemon, per subject. The daemon is started alone
+ * Start-up time and idle cost (memory, CPU, wake-ups) of one tunnel daemon, per subject. The daemon is started alone
  * (nothing else of the bench runs meanwhile) in the foreground in a namespace, and timed from the
  * spawn to the first complete answer of its control socket to `get=1`, polled every 5 ms: the
  * moment `wg` and wg-quick can configure it. Then it is left idle, unconfigured, for `idleMs`
- * and its VmRSS and thread count are read. Repeated `runs` times; the summary takes medians.
+ * and its VmRSS and thread count are read; then what staying idle costs it over the next
+ * IDLE_CPU_WINDOW_MS: CPU time and wake-ups (the times its threads ran) a second, from every
+ * thread's schedstat. Repeated `runs` times; the summary takes medians.
  */
 import { join } from 'node:path';
 import { UapiClient } from '../../dataplane/uapi/uapi-client.ts';
 import { WG_SOCKET_DIR, uniqueName, type Namespace, type Scope } from '../../test/system/netns.ts';
 import { launchSpec, type Implementation } from '../../test/system/userspace-wg.ts';
-import { memoryStatus } from './procfs.ts';
+import { memoryStatus, schedRates, threadSched } from './procfs.ts';
+import { IDLE_CPU_WINDOW_MS } from './results.ts';
 import { requireCompiled, type SubjectSpec } from './subjects.ts';
 
 export interface StartupSample {
@@ -18,6 +21,10 @@ export interface StartupSample {
   /** VmRSS after `idleMs` idle, bytes. */
   idleRssBytes: number;
   threads: number;
+  /** CPU time idle, ms a second, all threads (over IDLE_CPU_WINDOW_MS after the RSS reading). */
+  idleCpuMsPerSecond: number;
+  /** Times its threads ran idle, a second: each is a wake-up of a thread (or a return after preemption). */
+  idleRunsPerSecond: number;
 }
 
 export interface StartupRecord {
@@ -67,7 +74,11 @@ async function sampleOnce(scope: Scope, ns: Namespace, spec: SubjectSpec, idleMs
     await sleep(idleMs);
     if (!proc.running) throw new Error(`${launch.label} exited while idle\n${proc.describe()}`);
     const memory = memoryStatus(proc.pid);
-    return { readyMs, idleRssBytes: memory.rssBytes, threads: memory.threads };
+    const before = threadSched(proc.pid);
+    await sleep(IDLE_CPU_WINDOW_MS);
+    if (!proc.running) throw new Error(`${launch.label} exited while idle\n${proc.describe()}`);
+    const idle = schedRates(before, threadSched(proc.pid), IDLE_CPU_WINDOW_MS / 1000);
+    return { readyMs, idleRssBytes: memory.rssBytes, threads: memory.threads, idleCpuMsPerSecond: idle.cpuMsPerSecond, idleRunsPerSecond: idle.runsPerSecond };
   } finally {
     await proc.stop();
   }

@@ -15,7 +15,7 @@ import {
   formatCount, formatRatio, ratio, renderCpuTable, renderMarkdown, renderMicroTables, renderScaleTable, renderStartupTable, renderThroughputTable, referenceSubject, throughputRows,
 } from '../../bench/suite/report.ts';
 import { plan, summarize } from '../../bench/suite/runner.ts';
-import { cpuSplit, threadCpu } from '../../bench/suite/procfs.ts';
+import { cpuSplit, schedRates, threadCpu, threadSched } from '../../bench/suite/procfs.ts';
 import type { MicroRuntimeResult } from '../../bench/suite/micro-types.ts';
 import type { ScaleResult } from '../../bench/suite/scale.ts';
 import { scaleSourceAddress } from '../../bench/suite/scale.ts';
@@ -131,20 +131,34 @@ describe('what the bench runs', () => {
   });
 });
 
-describe('start-up and idle memory', () => {
+describe('start-up and idle cost', () => {
+  test('the idle cost comes from every thread\'s schedstat: a thread new in the second reading counts from zero, one that ended not at all', async () => {
+    const before = new Map([[10, { cpuNs: 1e6, runs: 5 }], [11, { cpuNs: 7e6, runs: 9 }]]);
+    const after = new Map([[10, { cpuNs: 3e6, runs: 9 }], [12, { cpuNs: 2e6, runs: 2 }]]);
+    assert.deepEqual(schedRates(before, after, 2), { cpuMsPerSecond: 2, runsPerSecond: 3 });
+    // This process: its threads are there, and busy work shows as CPU time.
+    const first = threadSched(process.pid);
+    assert.ok(first.has(process.pid), 'the main thread is read');
+    const until = performance.now() + 30;
+    while (performance.now() < until) { /* busy */ }
+    const rates = schedRates(first, threadSched(process.pid), 1);
+    assert.ok(rates.cpuMsPerSecond >= 20 && rates.runsPerSecond >= 1, JSON.stringify(rates));
+  });
+
   test('summarize takes the medians (and range) of the starts', () => {
     const r = subject('node', 'roamguard node', 'roamguard', undefined, {
       startup: {
         idleMs: 2000,
         samples: [
-          { readyMs: 300, idleRssBytes: 100 * 2 ** 20, threads: 15 },
-          { readyMs: 900, idleRssBytes: 96 * 2 ** 20, threads: 15 },
-          { readyMs: 320, idleRssBytes: 98 * 2 ** 20, threads: 14 },
+          { readyMs: 300, idleRssBytes: 100 * 2 ** 20, threads: 15, idleCpuMsPerSecond: 2.5, idleRunsPerSecond: 14 },
+          { readyMs: 900, idleRssBytes: 96 * 2 ** 20, threads: 15, idleCpuMsPerSecond: 9, idleRunsPerSecond: 60 },
+          { readyMs: 320, idleRssBytes: 98 * 2 ** 20, threads: 14, idleCpuMsPerSecond: 3, idleRunsPerSecond: 15.5 },
         ],
       },
     });
     const m = summarize(r, 'roamguard');
     assert.deepEqual([m.startupMs, m.startupMsMin, m.startupMsMax, m.idleRssBytes, m.idleThreads], [320, 300, 900, 98 * 2 ** 20, 15]);
+    assert.deepEqual([m.idleCpuMsPerSecond, m.idleRunsPerSecond], [3, 15.5], 'the idle cost: medians too');
     assert.equal(summarize(subject('raw', 'raw', 'raw', undefined), 'raw').startupMs, undefined, 'no starts, no figure');
   });
 
@@ -152,15 +166,17 @@ describe('start-up and idle memory', () => {
     const results = sampleResults();
     results.meta.options.startups = 3;
     results.meta.options.startupIdleMs = 2000;
-    const set = (id: string, startupMs: number, idleMiB: number) => Object.assign(results.subjects.find((s) => s.id === id)!.summary!, { startupMs, startupMsMin: startupMs - 5, startupMsMax: startupMs + 5, idleRssBytes: idleMiB * 2 ** 20, idleThreads: 9 });
-    set('node', 400, 98);
-    set('wireguard-go', 20, 14);
+    const set = (id: string, startupMs: number, idleMiB: number, idleCpuMsPerSecond: number, idleRunsPerSecond: number) => Object.assign(results.subjects.find((s) => s.id === id)!.summary!, {
+      startupMs, startupMsMin: startupMs - 5, startupMsMax: startupMs + 5, idleRssBytes: idleMiB * 2 ** 20, idleThreads: 9, idleCpuMsPerSecond, idleRunsPerSecond,
+    });
+    set('node', 400, 98, 3.456, 14.04);
+    set('wireguard-go', 20, 14, 0.02, 6);
     const lines = renderStartupTable(results);
-    assert.equal(lines[0], '### Start-up and idle memory');
-    assert.deepEqual(row(lines, 'roamguard node'), ['roamguard node', '400', '395–405', '98.0', '9', '20.00×', '7.00×']);
-    assert.deepEqual(row(lines, 'wireguard-go'), ['wireguard-go', '20', '15–25', '14.0', '9', '1.00×', '1.00×']);
+    assert.equal(lines[0], '### Start-up and idle cost');
+    assert.deepEqual(row(lines, 'roamguard node'), ['roamguard node', '400', '395–405', '98.0', '9', '3.46', '14.0', '20.00×', '7.00×']);
+    assert.deepEqual(row(lines, 'wireguard-go'), ['wireguard-go', '20', '15–25', '14.0', '9', '0.02', '6.0', '1.00×', '1.00×']);
     assert.ok(!lines.some((l) => l.startsWith('| roamguard bun |')), 'a subject without starts has no row');
-    assert.ok(renderMarkdown(results).includes('### Start-up and idle memory'), 'part of the report');
+    assert.ok(renderMarkdown(results).includes('### Start-up and idle cost'), 'part of the report');
     assert.deepEqual(renderStartupTable(sampleResults()), [], 'no starts measured: no table');
   });
 });
