@@ -27,9 +27,8 @@ export const READER_WAIT_BACKSTOP_MAX_MS = 400;
 /**
  * The backstop of one ring's successive waits. Each wait of a ring that brought nothing since the
  * last one gets twice the backstop (up to READER_WAIT_BACKSTOP_MAX_MS); the first wait after
- * anything arrived gets READER_WAIT_BACKSTOP_MS again. An idle daemon's three rings then cost
- * about 8 wake-ups a second instead of 30 (each also wakes a V8 platform thread, which runs the
- * timeout); under traffic nothing changes.
+ * anything arrived gets READER_WAIT_BACKSTOP_MS again. An idle daemon's three rings then wake its
+ * main thread about 8 times a second instead of 30; under traffic nothing changes.
  */
 export class WaitBackstop {
   private ms = READER_WAIT_BACKSTOP_MS;

@@ -53,7 +53,7 @@ const exitWakers = new Set<() => void>();
  * cannot interrupt a thread blocked outside JavaScript: before this, any uncaught exception (the
  * UDP bind raises one on purpose when its reader fails, so that the daemon does not go on deaf)
  * left the daemon hanging for ever, its main thread in pthread_join, its socket and interface in
- * place. Wakers must be synchronous ('exit' listeners cannot wait) and must not throw.
+ * place. Wakers must be synchronous: 'exit' listeners cannot wait.
  */
 export function wakeAtExit(wake: () => void): () => void {
   if (exitWakers.size === 0) process.once('exit', wakeBlockedThreads);
