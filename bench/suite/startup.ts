@@ -71,12 +71,14 @@ async function sampleOnce(scope: Scope, ns: Namespace, spec: SubjectSpec, idleMs
   try {
     await untilAnswering(socket, () => proc.running, launch.label);
     const readyMs = performance.now() - started;
-    await sleep(idleMs);
-    if (!proc.running) throw new Error(`${launch.label} exited while idle\n${proc.describe()}`);
+    const idleFor = async (ms: number) => {
+      await sleep(ms);
+      if (!proc.running) throw new Error(`${launch.label} exited while idle\n${proc.describe()}`);
+    };
+    await idleFor(idleMs);
     const memory = memoryStatus(proc.pid);
     const before = threadSched(proc.pid);
-    await sleep(IDLE_CPU_WINDOW_MS);
-    if (!proc.running) throw new Error(`${launch.label} exited while idle\n${proc.describe()}`);
+    await idleFor(IDLE_CPU_WINDOW_MS);
     const idle = schedRates(before, threadSched(proc.pid), IDLE_CPU_WINDOW_MS / 1000);
     return { readyMs, idleRssBytes: memory.rssBytes, threads: memory.threads, idleCpuMsPerSecond: idle.cpuMsPerSecond, idleRunsPerSecond: idle.runsPerSecond };
   } finally {

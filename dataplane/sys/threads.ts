@@ -45,6 +45,7 @@ export function startWorker(entry: URL, workerData: Record<string, unknown>, tra
 }
 
 const exitWakers = new Set<() => void>();
+let wakingAtExit = false;
 
 /**
  * Registers how to wake a thread that blocks in a system call (the readers wait in poll(2)) when
@@ -56,12 +57,12 @@ const exitWakers = new Set<() => void>();
  * place. Wakers must be synchronous: 'exit' listeners cannot wait.
  */
 export function wakeAtExit(wake: () => void): () => void {
-  if (exitWakers.size === 0) process.once('exit', wakeBlockedThreads);
+  if (!wakingAtExit) {
+    wakingAtExit = true;
+    process.on('exit', wakeBlockedThreads);
+  }
   exitWakers.add(wake);
-  return () => {
-    exitWakers.delete(wake);
-    if (exitWakers.size === 0) process.removeListener('exit', wakeBlockedThreads);
-  };
+  return () => { exitWakers.delete(wake); };
 }
 
 function wakeBlockedThreads(): void {

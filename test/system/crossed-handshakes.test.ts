@@ -63,11 +63,20 @@ describe('crossed handshake initiations', { timeout: 180_000 }, () => {
   after(async () => { for (const scope of scopes) await scope.cleanup(); });
 
   test('control: two wireguard-go daemons wait for a retry (REKEY_TIMEOUT, 5 s)', async (t) => {
-    const scope = new Scope();
-    scopes.push(scope);
-    const { seconds } = await crossedHandshakeSeconds(scope, 'wireguard-go', 'wireguard-go');
-    t.diagnostic(`wireguard-go ↔ wireguard-go: handshake on both sides after ${seconds.toFixed(2)} s`);
-    assert.ok(seconds >= 4, `the crossing costs wireguard-go a retry timer; it took ${seconds.toFixed(2)} s`);
+    // wireguard-go hands handshake messages to several goroutines, so now and then one side takes
+    // the other's response before its initiation and escapes the stall (once in about five runs:
+    // 0.02 s). The control shows the stall in at most three crossings.
+    const took: string[] = [];
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const scope = new Scope();
+      scopes.push(scope);
+      const { seconds } = await crossedHandshakeSeconds(scope, 'wireguard-go', 'wireguard-go');
+      await scope.cleanup();
+      took.push(`${seconds.toFixed(2)} s`);
+      t.diagnostic(`wireguard-go ↔ wireguard-go, crossing ${attempt}: handshake on both sides after ${seconds.toFixed(2)} s`);
+      if (seconds >= 4) return;
+    }
+    assert.fail(`the crossing costs wireguard-go a retry timer; it took ${took.join(', ')}`);
   });
 
   const pairs: Array<[Implementation, Implementation]> = [
