@@ -33,11 +33,11 @@ import { snapshotInterning } from '../mesh/interned.ts';
 import { sortAddresses, specPodCidrs, type DesiredPeer, type MeshState } from '../mesh/desired-peers.ts';
 import { parseAllowedRanges, podCidrRefusal } from '../mesh/claims.ts';
 import { parsePrefix } from '../../dataplane/net/ip.ts';
-import { newReconcileMemory, planReconcile, type PeerAction, type ReconcileMemory } from '../mesh/reconcile.ts';
+import { newReconcileMemory, peersToKick, planReconcile, type ReconcileMemory } from '../mesh/reconcile.ts';
 import { applySetToSnapshot } from '../mesh/device-model.ts';
 import { judgeReachability, type ReachabilityMemory } from './reachability.ts';
 import { keepLiveEndpoints, observedEndpoints, workingAtOwnAddress } from './observed-endpoints.ts';
-import { annotationDrift, forceEndpointChange, ownAnnotations, restorePatch, type AnnotationPatch } from './own-annotations.ts';
+import { annotationDrift, forceEndpointChange, ownAnnotations, ownForcedFamily, restorePatch, type AnnotationPatch } from './own-annotations.ts';
 import { newOnes, type Once } from './once.ts';
 import { followKeyFile, kickRequest, rotationPendingAtStart, watchKeyFile } from './key-rotation.ts';
 import type { DeviceSnapshot, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
@@ -792,23 +792,14 @@ export class Agent implements AgentStatusSource {
       this.lastMesh = wanted;
       const plan = planReconcile(wanted.peers, snapshot, this.memory, {
         collectGarbage: watcher.synced, canRemoveAllowedIp: this.canRemoveAllowedIp ?? false, nowWallMs: Date.now(), rewriteEndpoints: relayed?.directNow,
+        live, ownForcedFamily: ownForcedFamily(own),
       });
       t = this.step('plan', t);
       // Until the set answers, the model is unknown: a failure makes the next pass read.
       this.deviceModel = undefined;
       if (plan.request) await this.setDevice(plan.request);
       let model = plan.request ? applySetToSnapshot(snapshot, plan.request) : snapshot;
-      // A peer given an endpoint the cluster states (forced, published, LAN) gets a packet there
-      // now: it then answers on the new path, instead of its next keepalive on the old one roaming
-      // us back before we ever used it. So does a peer given a relay's port: the relay learns
-      // each member's NAT mapping from its first datagram, and forwards nothing to a member it
-      // has not heard from (an idle pair would wait up to a keepalive, 25 s by default, after a
-      // relay was replaced). So does a relayed pair's direct trial: each member's packet opens its
-      // own NAT for the other's, both at once. Observed endpoints are left to their own timing.
-      const stated = new Set<string | undefined>(['forced', 'published', 'lan', 'relay']);
-      const kicked = (a: PeerAction) => a.kind === 'update' && a.endpoint !== undefined && (stated.has(a.peer.endpointSource) || relayed?.directNow.has(a.peer.publicKey) === true);
-      const moved = plan.actions.flatMap((a) => (a.kind === 'update' && kicked(a) ? [{ publicKey: a.peer.publicKeyBytes, persistentKeepalive: a.peer.persistentKeepalive }] : []));
-      const kick = kickRequest(moved);
+      const kick = kickRequest(peersToKick(plan.actions, relayed?.directNow).map((p) => ({ publicKey: p.publicKeyBytes, persistentKeepalive: p.persistentKeepalive })));
       if (kick) {
         await this.setDevice(kick);
         model = applySetToSnapshot(model, kick);
@@ -830,7 +821,9 @@ export class Agent implements AgentStatusSource {
         if (action.kind === 'remove') this.log.info('removed a peer whose key no Node carries', { key: action.publicKey.slice(0, 8) });
         else this.log.info(action.kind === 'add' ? 'added a peer' : 'updated a peer', {
           node: action.peer.nodeName, key: action.peer.publicKey.slice(0, 8), endpoint: action.peer.endpoint, endpointSource: action.peer.endpointSource,
-          ...(action.kind === 'update' ? { added: action.added, removed: action.removed, endpointSet: action.endpoint !== undefined } : { allowedIps: action.peer.allowedIps, carriedEndpoint: action.carriedEndpoint }),
+          ...(action.kind === 'update'
+            ? { added: action.added, removed: action.removed, endpointSet: action.endpoint !== undefined, roamTakenBack: action.roamTakenBack }
+            : { allowedIps: action.peer.allowedIps, carriedEndpoint: action.carriedEndpoint }),
         });
       }
       t = this.step('observe', t);

@@ -11,7 +11,9 @@
  * it; a change is still reported (`forceEndpointChange`), because a stolen token can redirect
  * everyone's traffic for this node with it — what the agent cannot undo, it makes visible.
  */
-import { ANNOTATION, formatOwnAnnotations } from '../mesh/annotations.ts';
+import { Endpoint } from '../../dataplane/net/endpoint.ts';
+import { ANNOTATION, formatOwnAnnotations, type NodeObject } from '../mesh/annotations.ts';
+import { nodeFacts } from '../mesh/desired-peers.ts';
 
 /** Annotation name → value; null = the annotation must be absent. */
 export type AnnotationPatch = Record<string, string | null>;
@@ -63,4 +65,16 @@ export function forceEndpointChange(previous: string | null | undefined, current
   const now = current?.[ANNOTATION.forceEndpoint] ?? null;
   if (previous === undefined || previous === now) return undefined;
   return { from: previous, to: now };
+}
+
+/**
+ * The address family of this Node's force-endpoint, when it has a usable one: peers that obey it
+ * reach this node in that family, so roams into it are kept (control/mesh/roam-back.ts). A
+ * malformed one is no family: peers reject this Node for it anyway.
+ */
+export function ownForcedFamily(own: NodeObject | undefined): 4 | 6 | undefined {
+  if (!own) return undefined;
+  const parsed = nodeFacts(own).annotations;
+  const forced = parsed.ok ? parsed.value.forceEndpoint : undefined;
+  return forced === undefined ? undefined : Endpoint.parse(forced).family;
 }

@@ -13,6 +13,8 @@
  *   endpoint, a peer whose published endpoint changed since we last wrote it, or (when we have no
  *   memory, after a restart) a peer that has not completed a handshake recently; and a peer the
  *   caller names in `rewriteEndpoints` (a direct trial that a late relayed datagram roamed back).
+ *   A roam away from an endpoint the cluster states is taken back when it crossed into the other
+ *   address family or its session stopped (roam-back.ts).
  */
 import { Endpoint } from '../../dataplane/net/endpoint.ts';
 import { formatPrefix, parsePrefix } from '../../dataplane/net/ip.ts';
@@ -21,6 +23,7 @@ import { TextCache } from './text-cache.ts';
 import type { DeviceSnapshot, PeerChange, PeerSnapshot, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
 import type { DesiredPeer } from './desired-peers.ts';
 import { replacedPeerEndpoint } from './replaced-peer.ts';
+import { roamToTakeBack, type RoamTakenBack } from './roam-back.ts';
 
 /** A handshake younger than this (WireGuard's Reject-After-Time) means the current endpoint works. */
 export const RECENT_HANDSHAKE_MS = 180_000;
@@ -34,9 +37,10 @@ export interface ReconcileMemory {
    * IPs: entrySignature) the last plan found in agreement, needing no change. While the desired
    * peer is the same object and the entry says the same, the outcome is the same, and the plan
    * skips the peer: the agent keeps unchanged desired peers (keepUnchangedPeers), so a Node
-   * change at 5 000 peers plans the few peers it changed.
+   * change at 5 000 peers plans the few peers it changed. `roam` holds what else a roam's fate
+   * depends on (`roamContext`): a session that stops must be planned again.
    */
-  settled: Map<string, { want: DesiredPeer; entry: string }>;
+  settled: Map<string, { want: DesiredPeer; entry: string; roam: string }>;
 }
 
 export function newReconcileMemory(): ReconcileMemory {
@@ -50,13 +54,24 @@ export interface ReconcileOptions {
   nowWallMs: number;
   /** Peers whose wanted endpoint is written wherever the data plane roamed (a direct trial, relay.ts). */
   rewriteEndpoints?: ReadonlySet<string>;
+  /**
+   * Peers whose session received something within the liveness window (the relays' judgement);
+   * undefined when there is none (keepalive off), and then no roam is judged stopped.
+   */
+  live?: ReadonlySet<string>;
+  /** The address family of this node's own force-endpoint, when it has one (roam-back.ts). */
+  ownForcedFamily?: 4 | 6;
 }
 
 export type PeerAction =
   /** `carriedEndpoint`: started at the endpoint of the peer it replaces (a rotated key, replaced-peer.ts). */
   | { kind: 'add'; peer: DesiredPeer; carriedEndpoint?: string }
   | { kind: 'remove'; publicKey: string }
-  | { kind: 'update'; peer: DesiredPeer; added: string[]; removed: string[]; endpoint?: string; keepalive?: number };
+  | {
+    kind: 'update'; peer: DesiredPeer; added: string[]; removed: string[]; endpoint?: string; keepalive?: number;
+    /** Set when `endpoint` takes back a roam of the data plane (roam-back.ts), and why. */
+    roamTakenBack?: RoamTakenBack;
+  };
 
 export interface ReconcilePlan {
   /** Undefined when nothing needs changing. */
@@ -89,6 +104,11 @@ function entrySignature(entry: PeerSnapshot): string {
   return text;
 }
 
+/** What, besides the desired peer and the data plane's entry, decides whether a roam is kept. */
+function roamContext(live: boolean, ownForcedFamily: 4 | 6 | undefined): string {
+  return `${live ? 'live' : 'quiet'} ${ownForcedFamily ?? '-'}`;
+}
+
 export function planReconcile(
   desired: ReadonlyMap<string, DesiredPeer>,
   device: DeviceSnapshot,
@@ -100,13 +120,17 @@ export function planReconcile(
   const removals: PeerChange[] = [];
   const updates: PeerChange[] = [];
   const seen = new Set<string>();
+  const roamWhenLive = roamContext(true, options.ownForcedFamily);
+  const roamWhenQuiet = roamContext(false, options.ownForcedFamily);
 
   for (const current of device.peers) {
     const key = keyText(current.publicKey);
     seen.add(key);
     const want = desired.get(key);
     const settled = memory.settled.get(key);
-    if (want !== undefined && settled !== undefined && settled.want === want && settled.entry === entrySignature(current) && !options.rewriteEndpoints?.has(key)) continue;
+    const live = options.live?.has(key);
+    const roam = live === false ? roamWhenQuiet : roamWhenLive;
+    if (want !== undefined && settled !== undefined && settled.want === want && settled.entry === entrySignature(current) && settled.roam === roam && !options.rewriteEndpoints?.has(key)) continue;
     memory.settled.delete(key);
     if (!want) {
       if (options.collectGarbage) {
@@ -124,27 +148,36 @@ export function planReconcile(
 
     const written = memory.writtenEndpoint.get(key);
     const remembered = memory.writtenEndpoint.has(key);
+    const recent = current.lastHandshakeWallMs > 0 && options.nowWallMs - current.lastHandshakeWallMs < RECENT_HANDSHAKE_MS;
     let endpoint: string | undefined;
+    let roamTakenBack: RoamTakenBack | undefined;
     if (want.endpoint !== undefined) {
-      if (current.endpoint && Endpoint.parse(want.endpoint).equals(current.endpoint)) {
+      const wanted = Endpoint.parse(want.endpoint);
+      if (current.endpoint && wanted.equals(current.endpoint)) {
         // Already there (written by us, or reached by roaming): remember it as the baseline, so
         // a later roam away from it is not mistaken for a changed annotation.
         memory.writtenEndpoint.set(key, want.endpoint);
       } else {
-        const recent = current.lastHandshakeWallMs > 0 && options.nowWallMs - current.lastHandshakeWallMs < RECENT_HANDSHAKE_MS;
         if (!current.endpoint || options.rewriteEndpoints?.has(key)) endpoint = want.endpoint;
         else if (remembered && written !== want.endpoint) endpoint = want.endpoint;
         else if (!remembered && !recent) endpoint = want.endpoint;
+        else {
+          roamTakenBack = roamToTakeBack({
+            wanted, source: want.endpointSource, current: current.endpoint, live,
+            everHandshook: current.lastHandshakeWallMs > 0, ownForcedFamily: options.ownForcedFamily,
+          });
+          if (roamTakenBack !== undefined) endpoint = want.endpoint;
+        }
         if (endpoint !== undefined || !remembered) memory.writtenEndpoint.set(key, want.endpoint);
       }
     }
     const keepalive = current.persistentKeepalive !== want.persistentKeepalive ? want.persistentKeepalive : undefined;
 
     if (added.length === 0 && removed.length === 0 && endpoint === undefined && keepalive === undefined) {
-      memory.settled.set(key, { want, entry: entrySignature(current) });
+      memory.settled.set(key, { want, entry: entrySignature(current), roam });
       continue;
     }
-    actions.push({ kind: 'update', peer: want, added, removed, endpoint, keepalive });
+    actions.push({ kind: 'update', peer: want, added, removed, endpoint, keepalive, ...(roamTakenBack ? { roamTakenBack } : {}) });
     const replace = removed.length > 0 && !options.canRemoveAllowedIp;
     if (removed.length > 0 && !replace) {
       removals.push({
@@ -180,4 +213,23 @@ export function planReconcile(
 
   const peers = [...removals, ...updates];
   return { actions, kept, request: peers.length > 0 ? { replacePeers: false, peers } : undefined };
+}
+
+/** Sources of endpoints whose peer gets a packet at once when given one (`peersToKick`). */
+const KICKED_SOURCES: ReadonlySet<string | undefined> = new Set(['forced', 'published', 'lan', 'relay']);
+
+/**
+ * The peers of a plan to send a packet now, at their new endpoint.
+ *
+ * A peer given an endpoint the cluster states (forced, published, LAN) gets one: it then answers
+ * on the new path, instead of its next keepalive on the old one roaming us back before we ever
+ * used it. So does a peer given a relay's port: the relay learns each member's NAT mapping from
+ * its first datagram, and forwards nothing to a member it has not heard from (an idle pair would
+ * wait up to a keepalive, 25 s by default, after a relay was replaced). So does a relayed pair's
+ * direct trial (`directTrials`): each member's packet opens its own NAT for the other's, both at
+ * once. Observed endpoints are left to their own timing.
+ */
+export function peersToKick(actions: readonly PeerAction[], directTrials?: ReadonlySet<string>): DesiredPeer[] {
+  return actions.flatMap((a) => (a.kind === 'update' && a.endpoint !== undefined
+    && (KICKED_SOURCES.has(a.peer.endpointSource) || directTrials?.has(a.peer.publicKey) === true) ? [a.peer] : []));
 }
