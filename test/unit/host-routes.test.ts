@@ -436,15 +436,13 @@ describe('summarizeWanted', () => {
     assert.throws(() => summarizeWanted('10.0.0.0/8' as unknown as string[]), /must be an array/);
   });
 
-  test('10 000 separate /24s summarize in milliseconds', () => {
+  test('10 000 separate /24s: none merged, in canonical order', () => {
+    // Their time is the agent's at 5 000 Nodes (`roamguard bench --agent-scale`, the pass's
+    // "routes" step), not a unit test's: about 5 ms here, where the generic path took about 35.
     const cidrs = Array.from({ length: 10_000 }, (_, i) => `10.${(i * 4) >> 8}.${(i * 4) & 255}.0/24`);
-    summarizeWanted(cidrs); // warm up
-    const start = performance.now();
-    const out = summarizeWanted(cidrs);
-    const ms = performance.now() - start;
-    assert.equal(out.v4.length, 10_000);
-    // ~5 ms here; the generic path took ~35 ms. Generous: the machine may be busy.
-    assert.ok(ms < 100, `took ${ms.toFixed(1)} ms`);
+    const out = summarizeWanted([...cidrs].reverse());
+    assert.deepEqual(out.v4.map((r) => r.dst), cidrs);
+    assert.deepEqual(out.v6, []);
   });
 });
 
