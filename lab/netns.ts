@@ -405,13 +405,33 @@ export interface SpawnInNamespaceOptions {
   label?: string;
 }
 
+/** How long `exitedAndDrained` waits after a process's exit for its output pipes to drain. */
+const OUTPUT_DRAIN_MS = 2000;
+
+/**
+ * Resolves once `child` has exited and what it wrote to its pipes has been read (never rejects;
+ * call it right after spawning). 'exit' can come before the last 'data' event: a test that read
+ * the output at 'exit' lost ping's closing statistics that way. 'close' comes once the pipes are
+ * read to their end; a background child that inherited them can hold them open, so after the
+ * exit this waits at most OUTPUT_DRAIN_MS for it.
+ */
+export function exitedAndDrained(child: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  return new Promise((resolve) => {
+    child.once('exit', (code, signal) => {
+      const info = { code, signal };
+      const drained = setTimeout(() => resolve(info), OUTPUT_DRAIN_MS);
+      child.once('close', () => { clearTimeout(drained); resolve(info); });
+    });
+  });
+}
+
 /** A long-running process started with `ip netns exec` (which execs, so the pid is the command's). */
 export class NsProcess {
   readonly child: ChildProcess;
   readonly pid: number;
   readonly label: string;
   readonly command: string;
-  /** Resolves when the process has exited (never rejects). */
+  /** Resolves when the process has exited and its output has been read (never rejects). */
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   private out = '';
   private err = '';
@@ -429,13 +449,11 @@ export class NsProcess {
     this.stopTimeoutMs = options.stopTimeoutMs ?? 3000;
     if (!options.rawStdout) child.stdout?.on('data', (c: Buffer) => { this.out = this.trim(this.out + c.toString('utf8')); });
     child.stderr?.on('data', (c: Buffer) => { this.err = this.trim(this.err + c.toString('utf8')); });
-    this.exited = new Promise((resolve) => {
-      child.once('exit', (code, signal) => {
-        this.exitInfo = { code, signal };
-        leftovers.pids.delete(this.pid);
-        resolve(this.exitInfo);
-      });
+    child.once('exit', (code, signal) => {
+      this.exitInfo = { code, signal };
+      leftovers.pids.delete(this.pid);
     });
+    this.exited = exitedAndDrained(child);
     child.on('error', (e) => { this.err = this.trim(`${this.err}\n[spawn error] ${e.message}`); });
   }
 

@@ -16,7 +16,7 @@ import { spawn, execFile, type ChildProcessWithoutNullStreams } from 'node:child
 import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { run, waitFor } from './netns.ts';
+import { exitedAndDrained, run, waitFor } from './netns.ts';
 import { REPO_ROOT, ROAMGUARD_BIN } from './userspace-wg.ts';
 import { HeadlessChromium } from './headless-chromium.ts';
 
@@ -91,7 +91,7 @@ before(async () => {
   demo = spawn(ROAMGUARD_BIN, ['demo', '--page-port', '0', '--refresh', '2'], { cwd: REPO_ROOT, stdio: ['pipe', 'pipe', 'pipe'] });
   demo.stdout.on('data', (c: Buffer) => { output += c.toString(); });
   demo.stderr.on('data', (c: Buffer) => { output += c.toString(); });
-  exited = new Promise((resolve) => demo.on('exit', (code) => resolve(code)));
+  exited = exitedAndDrained(demo).then(({ code }) => code);
   await waitFor(() => /export KUBECONFIG=(\S+)/.test(output) && /the live page: (\S+)/.test(output) || demo.exitCode !== null, 60_000, { description: 'the demo to print its KUBECONFIG and page' });
   kubeconfig = output.match(/export KUBECONFIG=(\S+)/)![1];
   pageUrl = output.match(/the live page: (\S+)/)![1];
@@ -150,7 +150,7 @@ describe('roamguard demo as a playground', { timeout: 1_500_000 }, () => {
       const genkey = spawn('sh', ['-c', 'wg genkey | wg pubkey']);
       let out = '';
       genkey.stdout.on('data', (c: Buffer) => { out += c.toString(); });
-      genkey.on('exit', (code) => (code === 0 ? resolve(out.trim()) : reject(new Error('wg genkey failed'))));
+      genkey.on('close', (code) => (code === 0 ? resolve(out.trim()) : reject(new Error('wg genkey failed'))));
     });
     const file = join(dir, 'x1.yaml');
     writeFileSync(file, [

@@ -3,6 +3,7 @@
  * demo tests share it. The demo is stopped with SIGINT (its own clean-up path) after `timeoutMs`.
  */
 import { spawn } from 'node:child_process';
+import { exitedAndDrained } from './netns.ts';
 import { REPO_ROOT, ROAMGUARD_BIN } from './userspace-wg.ts';
 
 export interface DemoRun { code: number | null; output: string; pid: number }
@@ -17,6 +18,7 @@ export function runDemo(args: string[], options: { timeoutMs: number; asUser?: s
     child.stderr.on('data', (c: Buffer) => { output += c.toString(); });
     const timer = setTimeout(() => { child.kill('SIGINT'); }, options.timeoutMs);
     child.on('error', reject);
-    child.on('exit', (code) => { clearTimeout(timer); resolve({ code, output, pid: child.pid! }); });
+    child.once('exit', () => clearTimeout(timer));
+    void exitedAndDrained(child).then(({ code }) => resolve({ code, output, pid: child.pid! }));
   });
 }

@@ -395,7 +395,8 @@ describe('NodeWatcher', () => {
     const started = Date.now();
     const code = await new Promise<number | null>((resolve) => {
       const timer = setTimeout(() => { child.kill('SIGKILL'); resolve(null); }, 30_000);
-      child.on('exit', (c) => { clearTimeout(timer); resolve(c); });
+      // 'close', not 'exit': 'exit' can come before the last output ("stopped") has been read.
+      child.on('close', (c) => { clearTimeout(timer); resolve(c); });
     });
     assert.notEqual(code, null, `the child did not exit within 30 s after stopping (output: ${out})`);
     assert.equal(code, 0, out);
