@@ -47,6 +47,12 @@ export interface DesiredPeer {
 /** `relay`: set by the agent for a peer reached through a relay node (control/mesh/relay.ts). */
 export type EndpointSource = 'forced' | 'discovered' | 'lan' | 'published' | 'relay';
 
+/**
+ * Sources of endpoints the cluster states (an operator's force-endpoint, the address a node
+ * publishes, its LAN address), as against what others observe (`discovered`) or a relay's port.
+ */
+export const STATED_SOURCES: ReadonlySet<EndpointSource | undefined> = new Set<EndpointSource>(['forced', 'published', 'lan']);
+
 export interface Rejection { node: string; reason: string }
 
 export interface MeshState {

@@ -21,7 +21,7 @@ import { formatPrefix, parsePrefix } from '../../dataplane/net/ip.ts';
 import { keyText } from './key-text.ts';
 import { TextCache } from './text-cache.ts';
 import type { DeviceSnapshot, PeerChange, PeerSnapshot, SetRequest } from '../../dataplane/uapi/uapi-protocol.ts';
-import type { DesiredPeer } from './desired-peers.ts';
+import { STATED_SOURCES, type DesiredPeer, type EndpointSource } from './desired-peers.ts';
 import { replacedPeerEndpoint } from './replaced-peer.ts';
 import { roamToTakeBack, type RoamTakenBack } from './roam-back.ts';
 
@@ -216,7 +216,7 @@ export function planReconcile(
 }
 
 /** Sources of endpoints whose peer gets a packet at once when given one (`peersToKick`). */
-const KICKED_SOURCES: ReadonlySet<string | undefined> = new Set(['forced', 'published', 'lan', 'relay']);
+const KICKED_SOURCES: ReadonlySet<EndpointSource | undefined> = new Set<EndpointSource | undefined>([...STATED_SOURCES, 'relay']);
 
 /**
  * The peers of a plan to send a packet now, at their new endpoint.

@@ -27,12 +27,9 @@
  * answering from a new address of its own.
  */
 import type { Endpoint } from '../../dataplane/net/endpoint.ts';
-import type { EndpointSource } from './desired-peers.ts';
+import { STATED_SOURCES, type EndpointSource } from './desired-peers.ts';
 
 export type RoamTakenBack = 'other-family' | 'stopped';
-
-/** Endpoint sources the cluster states; `discovered` (observations) and `relay` have their own rules. */
-const STATED: ReadonlySet<EndpointSource | undefined> = new Set<EndpointSource>(['forced', 'published', 'lan']);
 
 export interface RoamFacts {
   /** Where the desired peer says to reach it, and why. */
@@ -50,7 +47,7 @@ export interface RoamFacts {
 
 /** Why the roam is taken back, or undefined when it is kept. */
 export function roamToTakeBack(facts: RoamFacts): RoamTakenBack | undefined {
-  if (!STATED.has(facts.source) || facts.current.equals(facts.wanted)) return undefined;
+  if (!STATED_SOURCES.has(facts.source) || facts.current.equals(facts.wanted)) return undefined;
   const family = facts.current.family;
   if (family !== facts.wanted.family && family !== facts.ownForcedFamily) return 'other-family';
   if (facts.live === false && facts.everHandshook) return 'stopped';
