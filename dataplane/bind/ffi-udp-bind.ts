@@ -786,7 +786,7 @@ export class FfiUdpBind implements Bind, Liveness {
       // With a TUN to write to, the reader delivers what it may itself (through its own descriptor, closed with the session).
       const tun = opening.routes !== undefined ? opening.tunWriter?.() : undefined;
       session.tunFds = tun?.fds ?? [];
-      config.opening = { selection: { ...opening.selection }, sessions: shared.init, port: port2, tun };
+      config.opening = { selection: { ...opening.selection }, sessions: shared.init, port: port2, tun, gso: this.gso };
     }
     const entry = new URL(`./udp-reader-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
     const worker = startWorker(entry, { ...config }, config.opening ? [config.opening.port] : undefined);

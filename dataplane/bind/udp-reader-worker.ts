@@ -40,6 +40,8 @@ import {
 import { selectAead, type SelectOptions } from '../crypto/select.ts';
 import { TransportOpener } from '../session/transport-opener.ts';
 import { TunPacketWriter } from '../tun/tun-writer.ts';
+import { ReplyReader } from '../tun/reply-reader.ts';
+import { ReaderSender } from '../tun/reader-sender.ts';
 import type { TunThreadWriter } from '../tun/tun.ts';
 import { SharedSessionsView, type SharedSessionsInit, type SharedSessionsMessage } from '../session/shared-sessions.ts';
 import {
@@ -65,6 +67,8 @@ export interface UdpReaderConfig {
     port: MessagePort;
     /** The TUN to write what it may deliver itself (absent: every opened packet goes to the main thread). */
     tun?: TunThreadWriter;
+    /** Whether UDP GSO is worth trying on the sockets (for the replies sent here: reply-reader.ts). */
+    gso: boolean;
   };
 }
 
@@ -100,10 +104,13 @@ function buildMessageHeaders(libc: Libc, config: UdpReaderConfig, offsets: Retur
 export interface ReaderOpening {
   opener: TransportOpener;
   sessions: SharedSessionsView;
+  /** With a TUN whose queues' threads send: the replies to what it wrote, read here while those threads sleep. */
+  replies?: { reader: ReplyReader; touched: Uint8Array };
 }
 
 export function runUdpReader(libc: Libc, config: UdpReaderConfig, opening?: ReaderOpening): void {
   const opener = opening?.opener;
+  const replies = opening?.replies;
   const { fds, wakeFd, buffer, slots, slotSize } = config;
   const { header, lengths, segments, locals, opened, records, offsets } = udpRingViews(buffer, config);
   const bytes = new Uint8Array(buffer);
@@ -237,6 +244,12 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opening?: Read
         } else {
           publishQuietly(header, write);
         }
+        // One lone datagram: perhaps a request whose reply the kernel queued during its TUN write
+        // (reply-reader.ts). Never under load: then this thread is the inbound bottleneck.
+        if (replies !== undefined) {
+          if (n === 1 && segments[first] === 0) replies.reader.readReplies(replies.touched);
+          else replies.touched.fill(0);
+        }
         if (n < vlen) return 0; // the socket's queue is (momentarily) empty
         continue;
       }
@@ -283,7 +296,12 @@ async function openerFor(config: UdpReaderConfig, libc: Promise<Libc>): Promise<
     if (tun === undefined) return { opener: new TransportOpener(aead, sessions.chunkAt, sessions.indices), sessions };
     const writer = new TunPacketWriter(await libc, tun.fds, tun.vnetHeader, tun.offloads);
     const header = new Int32Array(config.buffer);
-    return { sessions, opener: new TransportOpener(aead, sessions.chunkAt, sessions.indices, {
+    // The replies go out on the sockets this thread receives on (IPv4 first).
+    const sockets = { fd4: config.fds[0], fd6: config.fds[1] ?? -1, gso: opening.gso };
+    const replies = tun.queues !== undefined
+      ? { reader: new ReplyReader(await libc, tun.fds, tun.queues, tun.vnetHeader, new ReaderSender(await libc, aead, { borrowed: sockets, sessions })), touched: writer.touched }
+      : undefined;
+    return { sessions, replies, opener: new TransportOpener(aead, sessions.chunkAt, sessions.indices, {
       routes: () => sessions.routes(),
       write: (packets, count) => {
         const written = writer.write(packets, count);

@@ -315,7 +315,10 @@ export class LinuxTun implements Tun, Liveness, QueueOwner {
       }
       fds.push(copy);
     }
-    return { fds, vnetHeader: this.vnetHeader, offloads: this.offloads };
+    // The queues' rings when their threads seal and send (the readers may not run yet: the
+    // other thread looks at each ring's state before it reads a queue).
+    const queues = this.sending !== undefined ? this.queues.map((q) => q.shared) : undefined;
+    return { fds, vnetHeader: this.vnetHeader, offloads: this.offloads, queues };
   }
 
   close(): void {

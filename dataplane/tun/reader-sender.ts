@@ -11,7 +11,12 @@
  * The main thread's changes reach it through two MessagePorts it reads only when it has to: the
  * sessions' (keypair and send-table chunks, routes; shared-sessions.ts) when it meets a chunk it
  * lacks or a new routes version, and this module's (new sockets after the bind reopened) when a
- * shared counter says something was posted.
+ * shared counter says something was posted. The MTU it pads for is set before each round
+ * (queue-drain.ts reads it from the ring's header).
+ *
+ * Two threads have one: the TUN queue's own reader, with duplicates of the bind's sockets that it
+ * owns, and the UDP reader for the replies it reads itself (reply-reader.ts), with the sockets it
+ * receives on and the sessions view it opens with.
  *
  * When the kernel's send buffer is full the thread waits for room (poll for POLLOUT, at most
  * FULL_WAIT_MS), which holds the TUN's packets in the kernel's queue: back-pressure, as a native
@@ -43,20 +48,24 @@ export interface ReaderSendingConfig {
   posted: SharedArrayBuffer;
   /** The sockets (duplicates: this thread closes them), or undefined until the bind is open. */
   sockets: ThreadSockets | undefined;
-  /** The MTU packets are padded for (the device's; a later change comes as a SenderMessage). */
-  mtu: number;
 }
 
-/**
- * A change, posted by the main thread: the bind's sockets after it reopened (fresh duplicates),
- * or the device's MTU after `ip link set mtu` (what the padding is computed for).
- */
-export type SenderMessage = { kind: 'sockets'; sockets: ThreadSockets } | { kind: 'mtu'; mtu: number };
+/** A change, posted by the main thread: the bind's sockets after it reopened (fresh duplicates). */
+export type SenderMessage = { kind: 'sockets'; sockets: ThreadSockets };
+
+/** Where a sender's sockets come from. */
+export type SenderSockets =
+  /** The TUN queue's reader: duplicates it owns, replaced by the SenderMessages posted to `port`. */
+  | { owned: ReaderSendingConfig }
+  /** The UDP reader: the sockets it receives on, which its owner closes, and the sessions view it opens with. */
+  | { borrowed: ThreadSockets; sessions: SharedSessionsView };
 
 export class ReaderSender {
   private readonly sealer: TransportSealer;
   private readonly sessions: SharedSessionsView;
-  private readonly posted: Int32Array;
+  /** With owned sockets: the count of posted changes, and the port they come through. */
+  private readonly posted: Int32Array | undefined;
+  private readonly port: MessagePort | undefined;
   private postedSeen = 0;
   private sockets: ThreadSockets | undefined;
   private readonly tx: TxArea;
@@ -70,17 +79,29 @@ export class ReaderSender {
   /** Datagrams refused or dropped for want of room (the reader adds them to SEND_ERRORS). */
   sendErrors = 0;
 
-  constructor(private readonly libc: Libc, aead: SlotAead, private readonly config: ReaderSendingConfig) {
-    this.sessions = new SharedSessionsView(config.sessions, () => receiveMessageOnPort(config.sessionsPort)?.message as SharedSessionsMessage | undefined);
-    this.posted = new Int32Array(config.posted);
-    this.sockets = config.sockets;
+  constructor(private readonly libc: Libc, aead: SlotAead, sockets: SenderSockets) {
+    if ('owned' in sockets) {
+      const config = sockets.owned;
+      this.sessions = new SharedSessionsView(config.sessions, () => receiveMessageOnPort(config.sessionsPort)?.message as SharedSessionsMessage | undefined);
+      this.posted = new Int32Array(config.posted);
+      this.port = config.port;
+      this.sockets = config.sockets;
+    } else {
+      this.sessions = sockets.sessions;
+      this.sockets = sockets.borrowed;
+    }
     this.tx = new TxArea(libc);
     this.addresses = new SharedAddresses(libc);
     this.sealer = new TransportSealer(aead, {
       keyChunk: this.sessions.chunkAt,
       sendChunk: this.sessions.sendChunkAt,
       routes: () => this.sessions.routes(),
-    }, config.mtu);
+    }, 0);
+  }
+
+  /** The MTU the packets are padded for, from the next one on. */
+  set mtu(mtu: number) {
+    this.sealer.mtu = mtu;
   }
 
   /**
@@ -107,9 +128,9 @@ export class ReaderSender {
     return true;
   }
 
-  /** Closes this thread's socket duplicates (the reader's last act). */
+  /** Closes the socket duplicates it owns (the reader's last act). */
   close(): void {
-    this.closeSockets();
+    if (this.port !== undefined) this.closeSockets();
   }
 
   private sendRun(sockets: ThreadSockets, slots: Uint8Array, stride: number, records: Int32Array, first: number, count: number, peer: number, target: SendTarget): void {
@@ -181,15 +202,13 @@ export class ReaderSender {
 
   /** Applies what the main thread posted since the last look (one load when nothing was). */
   takeChanges(): void {
-    const posted = Atomics.load(this.posted, 0);
-    if (posted === this.postedSeen) return;
-    this.postedSeen = posted;
-    for (let m = receiveMessageOnPort(this.config.port); m !== undefined; m = receiveMessageOnPort(this.config.port)) {
+    const { posted, port } = this;
+    if (posted === undefined || port === undefined) return;
+    const count = Atomics.load(posted, 0);
+    if (count === this.postedSeen) return;
+    this.postedSeen = count;
+    for (let m = receiveMessageOnPort(port); m !== undefined; m = receiveMessageOnPort(port)) {
       const message = m.message as SenderMessage;
-      if (message.kind === 'mtu') {
-        this.sealer.mtu = message.mtu;
-        continue;
-      }
       this.closeSockets();
       this.sockets = message.sockets;
     }

@@ -22,7 +22,11 @@ export const READ_ERRORS = RING_HEADER_INTS;
 export const SEND_ERRORS = RING_HEADER_INTS + 1;
 /** 1 when the reader could not load an AEAD provider: it then seals nothing (the main thread does). */
 export const SENDER_FAILED = RING_HEADER_INTS + 2;
-export const HEADER_INTS = RING_HEADER_INTS + 4;
+/** Which thread reads the queue right now (queue-token.ts). */
+export const QUEUE_READER = RING_HEADER_INTS + 3;
+/** The MTU the packets sealed from this queue are padded for (the main thread writes it; 0 before). */
+export const SEND_MTU = RING_HEADER_INTS + 4;
+export const HEADER_INTS = RING_HEADER_INTS + 5;
 
 /** Where a packet starts in its slot: room for the transport header (TRANSPORT_HEADER_SIZE). */
 export const PACKET_OFFSET = 16;

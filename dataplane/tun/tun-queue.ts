@@ -17,7 +17,7 @@ import { EFD_CLOEXEC, EFD_NONBLOCK, errnoError, signalEventFd, type Libc } from 
 import { startWorker, wakeAtExit } from '../sys/threads.ts';
 import { StallWatch, lookEveryInterval, type StallHandler } from '../watchdog.ts';
 import type { ReaderConfig } from './reader-worker.ts';
-import { DEFAULT_SLOTS, DEVICE_GONE, PACKET_OFFSET, READ_ERRORS, SENDER_FAILED, SEND_ERRORS, SLOT_SIZE, ringBytes, ringViews, type RingViews } from './ring.ts';
+import { DEFAULT_SLOTS, DEVICE_GONE, PACKET_OFFSET, READ_ERRORS, SENDER_FAILED, SEND_ERRORS, SEND_MTU, SLOT_SIZE, ringBytes, ringViews, type RingViews } from './ring.ts';
 import { LEFT, NO_ROOM, RECORD_INTS, R_LENGTH, R_OUTCOME, R_PEER } from '../session/transport-sealer.ts';
 import { shareSessions } from '../session/shared-sessions.ts';
 import type { ReaderSendingConfig, SenderMessage } from './reader-sender.ts';
@@ -26,7 +26,7 @@ import {
   CONSUMER_WAITING, LAST_ERRNO, READ_SEQ, STATE, STATE_BOOTING, STATE_RUNNING, WRITE_SEQ, awaitStopped, release, requestStop, seqAdd, seqDistance,
 } from '../ring/shared-ring.ts';
 import { WaitBackstop, awaitBooted, awaitChange, settleWaits } from '../ring/ring-wait.ts';
-import type { SentHandler, TunSending } from './tun.ts';
+import type { SentHandler, TunQueueRing, TunSending } from './tun.ts';
 
 /** How close() waits for the reader to acknowledge the stop request (it normally takes microseconds). */
 const STOP_TIMEOUT_MS = 2000;
@@ -125,6 +125,7 @@ export class TunQueue {
     const config: ReaderConfig = { fd: this.fd, wakeFd, buffer: this.buffer, slots: DEFAULT_SLOTS, slotSize: SLOT_SIZE, vnetHeader };
     const transfer: MessagePort[] = [];
     if (sending !== undefined) {
+      Atomics.store(this.ring.header, SEND_MTU, sending.mtu);
       config.sending = this.feedSending(sending, transfer);
       config.books = this.booksBuffer;
     }
@@ -179,13 +180,18 @@ export class TunQueue {
     };
     transfer.push(sessionsChannel.port2, senderChannel.port2);
     return {
-      sessions: sessions.init, sessionsPort: sessionsChannel.port2, port: senderChannel.port2, posted, sockets: sending.sockets?.current(), mtu: sending.mtu, selection: sending.selection,
+      sessions: sessions.init, sessionsPort: sessionsChannel.port2, port: senderChannel.port2, posted, sockets: sending.sockets?.current(), selection: sending.selection,
     };
   }
 
-  /** The MTU the reader pads the packets it seals for, from now on (no effect without sending). */
+  /** The MTU the packets sealed from this queue are padded for, from the next round on (whichever thread reads it). */
   sendingMtu(mtu: number): void {
-    this.postToSender?.({ kind: 'mtu', mtu });
+    Atomics.store(this.ring.header, SEND_MTU, mtu);
+  }
+
+  /** The ring and the sent-books table, for the UDP reader that reads this queue's replies while its thread sleeps (reply-reader.ts). */
+  get shared(): TunQueueRing {
+    return { ring: this.buffer, books: this.booksBuffer };
   }
 
   /**

@@ -16,11 +16,14 @@ export class TunPacketWriter {
   private buffer: Uint8Array | undefined;
   private done = new Uint8Array(256);
   private readonly copy: CopyBytes;
+  /** Per queue, 1 once a write went through it (the caller clears them): where a reply may wait (reply-reader.ts). */
+  readonly touched: Uint8Array;
 
   /** `fds`: one descriptor per queue of the device, in queue order. */
   constructor(private readonly libc: Libc, private readonly fds: readonly number[], private readonly vnetHeader: boolean, private readonly offloads: number) {
     if (fds.length === 0) throw new RangeError('a TUN writer needs at least one descriptor');
     this.copy = copierFor(libc);
+    this.touched = new Uint8Array(fds.length);
   }
 
   /** Writes the first `count` packets; returns how many the kernel took (each coalesced segment counts). Never throws for a refused packet. */
@@ -29,8 +32,9 @@ export class TunPacketWriter {
       let written = 0;
       for (let i = 0; i < count; i++) {
         const packet = packets[i];
-        const fd = this.fds[flowQueue(packet, 0, packet.length, this.fds.length)];
-        if (packet.length > 0 && this.libc.write(fd, packet, packet.length) === packet.length) written++;
+        const queue = flowQueue(packet, 0, packet.length, this.fds.length);
+        this.touched[queue] = 1;
+        if (packet.length > 0 && this.libc.write(this.fds[queue], packet, packet.length) === packet.length) written++;
       }
       return written;
     }
@@ -48,8 +52,9 @@ export class TunPacketWriter {
   /** One write(2) of `length` bytes of `buffer` (a vnet header, then the packet), through its flow's queue. */
   private readonly writeOne = (buffer: Uint8Array, length: number): boolean => {
     const fds = this.fds;
-    const fd = fds.length === 1 ? fds[0] : fds[flowQueue(buffer, VNET_HDR_SIZE, length - VNET_HDR_SIZE, fds.length)];
-    return this.libc.write(fd, buffer, length) === length;
+    const queue = fds.length === 1 ? 0 : flowQueue(buffer, VNET_HDR_SIZE, length - VNET_HDR_SIZE, fds.length);
+    this.touched[queue] = 1;
+    return this.libc.write(fds[queue], buffer, length) === length;
   };
 
   /** Each packet alone, behind an empty vnet header (GSO_NONE, checksum complete). */

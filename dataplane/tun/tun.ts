@@ -36,6 +36,17 @@ export interface TunThreadWriter {
   vnetHeader: boolean;
   /** The TUN_F_* offloads the kernel accepted (0 = none): with TSO, TCP packets may be written coalesced. */
   offloads: number;
+  /**
+   * Per queue, in queue order, when the queues' threads seal and send: their rings, so that the
+   * writing thread can read a queue's reply itself while the queue's thread sleeps (reply-reader.ts).
+   */
+  queues?: TunQueueRing[];
+}
+
+/** A TUN queue's ring (ring.ts: DEFAULT_SLOTS slots of SLOT_SIZE) and its sent-books table (sent-books.ts). */
+export interface TunQueueRing {
+  ring: SharedArrayBuffer;
+  books: SharedArrayBuffer;
 }
 
 /**

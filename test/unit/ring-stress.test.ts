@@ -24,6 +24,10 @@ import { FfiUdpBind } from '../../dataplane/bind/ffi-udp-bind.ts';
 import { LinuxTun } from '../../dataplane/tun/linux-tun.ts';
 import type { Liveness, StallReport } from '../../dataplane/watchdog.ts';
 import { loopbackSocket } from '../helpers/loopback-socket.ts';
+import { loadLibc } from '../../dataplane/sys/libc.ts';
+import { startWorker } from '../../dataplane/sys/threads.ts';
+import type { TunQueueRing } from '../../dataplane/tun/tun.ts';
+import type { ReplyHelperConfig } from './reply-reader-worker.ts';
 
 const SOAK = process.env.ROAMGUARD_SOAK === '1';
 const ITEMS = SOAK ? 6_000_000 : 300_000;
@@ -56,6 +60,40 @@ async function udpReceiver({ watchdog = false, loseWakeUp, startSequence }: Faul
       await bind.ready();
     },
     close: () => bind.close(),
+  };
+}
+
+/**
+ * The TUN ring with two readers by turns (tun/queue-token.ts): the queue's own thread and a
+ * second thread that keeps reading the queue as the UDP reader reads a reply (tun/reply-reader.ts,
+ * reply-reader-worker.ts), at random moments. Items must still come out once and in order.
+ * `helped()` is how many items the second thread read.
+ */
+async function sharedTunReceiver(): Promise<Receiver & { helped(): number }> {
+  const { fd, port } = await loopbackSocket();
+  const tun = await LinuxTun.overDescriptorForTests(fd, { watchdog: false });
+  const libc = await loadLibc();
+  const control = new Int32Array(new SharedArrayBuffer(8));
+  let exited: Promise<unknown> = Promise.resolve();
+  return {
+    port,
+    liveness: tun,
+    helped: () => Atomics.load(control, 1),
+    async start(onItem) {
+      tun.start((packets, count) => { for (let i = 0; i < count; i++) onItem(packets[i]); });
+      await tun.ready();
+      // The queue's ring, as the TUN hands it to the UDP reader when its queues' threads send.
+      const queue = (tun as unknown as { queues: { shared: TunQueueRing }[] }).queues[0].shared;
+      const config: ReplyHelperConfig = { fd: libc.dup(fd), queue, control: control.buffer as SharedArrayBuffer, seed: 77 };
+      const worker = startWorker(new URL('./reply-reader-worker.ts', import.meta.url), { ...config });
+      exited = new Promise((resolve) => worker.once('exit', resolve));
+    },
+    close: async () => {
+      Atomics.store(control, 0, 1);
+      Atomics.notify(control, 0);
+      await exited;
+      tun.close();
+    },
   };
 }
 
@@ -165,4 +203,14 @@ describe('thread hand-off stress: reader rings', () => {
       assert.ok((reports[0].state.written as number) !== (reports[0].state.consumed as number), 'the state shows the items left in the ring');
     });
   }
+
+  test(`TUN ring read by its thread and by turns by a second (reply-reader.ts): ${ITEMS} items in random bursts, all arrive once and in order`, { timeout: 120_000 }, async () => {
+    const receiver = await sharedTunReceiver();
+    const result = await stressRing(receiver, ITEMS, 2024);
+    assert.equal(result.stall, undefined, result.stall);
+    assert.equal(result.received, ITEMS);
+    // The second reader must have taken part, or the order was never at stake.
+    assert.ok(receiver.helped() >= ITEMS / 100, `the second thread read ${receiver.helped()} of ${ITEMS} items`);
+    console.log(`shared TUN queue: the second thread read ${receiver.helped()} of ${ITEMS} items`);
+  });
 });
