@@ -12,8 +12,8 @@
  *
  * Only a queue whose thread sleeps is read (queue-token.ts: the UDP reader only ever tries to take
  * the queue), so under load, with the queue's thread awake, its sealing stays where it is and the
- * UDP reader (the inbound bottleneck) is not given it. The read is short: at most REPLY_READS
- * reads, and only with half the ring free, so a super-packet's segments find room without
+ * UDP reader (the inbound bottleneck) is not given it. The read is short: one read (REPLY_READS),
+ * and only with half the ring free, so a super-packet's segments find room without
  * waiting. What it reads goes into the queue's own ring and books (queue-drain.ts), as the queue's
  * thread would have put it: the main thread cannot tell who read it.
  */
@@ -26,8 +26,12 @@ import type { ReaderSender } from './reader-sender.ts';
 import { SentBooks } from './sent-books.ts';
 import type { TunQueueRing } from './tun.ts';
 
-/** Reads of one queue after a write: a reply or a few (the queue's thread, woken too, takes what is left). */
-const REPLY_READS = 4;
+/**
+ * Reads of one queue after a write: the reply. The queue's thread, woken too, takes what is left;
+ * at a TCP sender the data an ACK releases can be a super-packet per read, which is that
+ * thread's to seal, not the UDP reader's.
+ */
+const REPLY_READS = 1;
 /** Free slots a queue's ring must have: a read places at most a super-packet's segments. */
 const MIN_FREE_SLOTS = DEFAULT_SLOTS / 2;
 
