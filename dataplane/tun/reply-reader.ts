@@ -15,7 +15,8 @@
  * UDP reader (the inbound bottleneck) is not given it. The read is short: one read (REPLY_READS),
  * and only with half the ring free, so a super-packet's segments find room without
  * waiting. What it reads goes into the queue's own ring and books (queue-drain.ts), as the queue's
- * thread would have put it: the main thread cannot tell who read it.
+ * thread would have put it: the main thread cannot tell who read it. Where looking finds nothing
+ * again and again (a one-way stream), it looks after fewer and fewer datagrams.
  */
 import type { Libc } from '../sys/libc.ts';
 import { STATE, STATE_RUNNING } from '../ring/shared-ring.ts';
@@ -35,8 +36,19 @@ const REPLY_READS = 1;
 /** Free slots a queue's ring must have: a read places at most a super-packet's segments. */
 const MIN_FREE_SLOTS = DEFAULT_SLOTS / 2;
 
+/** The most lone datagrams in a row whose replies are not looked for, after looks that found none. */
+const MAX_SKIPPED = 64;
+
 export class ReplyReader {
   private readonly queues: { header: Int32Array; drain: QueueDrain }[];
+  /**
+   * Lone datagrams whose replies are not looked for (a read that finds nothing is a system call
+   * per datagram: a one-way UDP stream at the rate this thread just keeps up with pays it on
+   * every datagram). Each look that finds nothing doubles the next skip, up to MAX_SKIPPED; a
+   * look that finds a reply ends the skipping: an idle ping's are found every time.
+   */
+  private skip = 0;
+  private nextSkip = 0;
 
   /**
    * `fds`: this thread's descriptors of the queues, in queue order, as `rings`. `sender`: what
@@ -58,7 +70,13 @@ export class ReplyReader {
    * of those whose thread sleeps, and clears the marks. Returns the reads that brought a packet.
    */
   readReplies(touched: Uint8Array): number {
+    if (this.skip > 0) {
+      this.skip--;
+      touched.fill(0);
+      return 0;
+    }
     let reads = 0;
+    let looked = false;
     for (let q = 0; q < touched.length; q++) {
       if (touched[q] === 0) continue;
       touched[q] = 0;
@@ -71,11 +89,17 @@ export class ReplyReader {
         if (drain.free() < MIN_FREE_SLOTS) continue;
         // A device gone or a stop request is for the queue's thread to see and act on.
         const before = drain.reads;
+        looked = true;
         drain.drain(REPLY_READS);
         reads += drain.reads - before;
       } finally {
         leaveQueueAsHelper(header);
       }
+    }
+    if (reads > 0) this.nextSkip = 0;
+    else if (looked) {
+      this.skip = this.nextSkip;
+      this.nextSkip = Math.min(MAX_SKIPPED, Math.max(1, 2 * this.nextSkip));
     }
     return reads;
   }

@@ -112,4 +112,29 @@ describe('reading a TUN queue\'s reply on the writing thread', () => {
     assert.equal(reader.readReplies(new Uint8Array([1, 0])), 0);
     assert.equal(tryTakeQueueAsHelper(views[0].header), true, 'free after finding nothing');
   });
+
+  test('a one-way stream: looks that find nothing come after fewer and fewer datagrams; a reply found ends that', () => {
+    const { reader, queued, reads } = setup();
+    const touched = new Uint8Array(2);
+    const lookedAt: number[] = [];
+    for (let datagram = 1; datagram <= 140; datagram++) {
+      touched[0] = 1;
+      const before = reads.length;
+      reader.readReplies(touched);
+      assert.equal(touched[0], 0, 'the mark is cleared, looked or not');
+      if (reads.length > before) lookedAt.push(datagram);
+    }
+    // Skips of 0, 1, 2, 4, ... 64 datagrams after each empty look.
+    assert.deepEqual(lookedAt, [1, 2, 4, 7, 12, 21, 38, 71, 136]);
+    // Replies again (pings): the first look after the current skip finds one, and from then on
+    // every datagram's reply is looked for.
+    const found: number[] = [];
+    for (let datagram = 141; datagram <= 240; datagram++) {
+      queued[10].push(84);
+      touched[0] = 1;
+      if (reader.readReplies(touched) > 0) found.push(datagram);
+    }
+    assert.equal(found[0], 201, 'after the 64 datagrams skipped since the look at 136');
+    assert.deepEqual(found, Array.from({ length: 40 }, (_, i) => 201 + i));
+  });
 });
