@@ -13,10 +13,10 @@
  * Only a queue whose thread sleeps is read (queue-token.ts: the UDP reader only ever tries to take
  * the queue), so under load, with the queue's thread awake, its sealing stays where it is and the
  * UDP reader (the inbound bottleneck) is not given it. The read is short: one read (REPLY_READS),
- * and only with half the ring free, so a super-packet's segments find room without
- * waiting. What it reads goes into the queue's own ring and books (queue-drain.ts), as the queue's
- * thread would have put it: the main thread cannot tell who read it. Where looking finds nothing
- * again and again (a one-way stream), it looks after fewer and fewer datagrams.
+ * and only with half the ring free, so a super-packet's segments find room. What it reads goes
+ * into the queue's own ring and books (queue-drain.ts), as the queue's thread would have put it:
+ * the main thread cannot tell who read it. Where looking finds nothing again and again (a
+ * one-way stream), it looks after fewer and fewer datagrams.
  */
 import type { Libc } from '../sys/libc.ts';
 import { STATE, STATE_RUNNING } from '../ring/shared-ring.ts';
@@ -33,7 +33,11 @@ import type { TunQueueRing } from './tun.ts';
  * thread's to seal, not the UDP reader's.
  */
 const REPLY_READS = 1;
-/** Free slots a queue's ring must have: a read places at most a super-packet's segments. */
+/**
+ * Free slots a queue's ring must have: a read places at most a super-packet's segments, 64 KiB
+ * over the MSS, under 128 for any MTU from 576 up (below that a read may wait for the main
+ * thread to free slots, as the queue's own thread would).
+ */
 const MIN_FREE_SLOTS = DEFAULT_SLOTS / 2;
 
 /** The most lone datagrams in a row whose replies are not looked for, after looks that found none. */
