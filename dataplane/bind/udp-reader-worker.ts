@@ -72,6 +72,13 @@ export interface UdpReaderConfig {
   };
 }
 
+/**
+ * How long nothing may have come before a datagram whose replies this thread reads itself
+ * (reply-reader.ts): an idle ping (10 ms apart in the bench) or a request now and then, never a
+ * transfer's stream, whose datagrams come microseconds apart.
+ */
+const QUIET_BEFORE_REPLIES_MS = 1;
+
 /** At most this many datagrams per recvmmsg (the kernel's limit is UIO_MAXIOV = 1024). */
 const MAX_VLEN = 256;
 
@@ -149,6 +156,8 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opening?: Read
   // a quarter of the ring, or at most for its wait's backstop (READER_WAIT_BACKSTOP_MS).
   let urgent = false;
   const booksBacklog = Math.max(1, slots >>> 2);
+  /** When datagrams last came (performance.now()): replies are read here only after a quiet spell. */
+  let lastReceived = -Infinity;
   /**
    * Whether the message in `slot`, delivered here whole, came from somewhere other than where
    * its peer's packets are sent (the send table, which a TUN reader that sends reads): the peer
@@ -182,6 +191,9 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opening?: Read
       const vlen = Math.min(free, slots - first, MAX_VLEN);
       const n = libc.recvmmsg(fd, vectors[first], vlen, MSG_DONTWAIT);
       if (n > 0) {
+        const now = performance.now();
+        const afterQuiet = now - lastReceived >= QUIET_BEFORE_REPLIES_MS;
+        lastReceived = now;
         for (let k = 0; k < n; k++) {
           const slot = (first + k) & mask;
           const words = slot * MSG_WORDS;
@@ -244,13 +256,11 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opening?: Read
         } else {
           publishQuietly(header, write);
         }
-        // One lone datagram: perhaps a request whose reply the kernel queued during its TUN
-        // write (reply-reader.ts). Not after a batch: this thread is then the inbound bottleneck.
-        // (Not only after a quiet spell either: the reading and sealing code of this thread's
-        // isolate would then run so rarely that V8 leaves it unoptimized, and an idle ping gained
-        // nothing in the bench, 0.59 ms either way; warmed by 1 500 pings it did, 0.58 -> 0.52.)
+        // After a quiet spell: perhaps a request whose reply the kernel queued during its TUN
+        // write (reply-reader.ts). Never in a stream: this thread is then the inbound bottleneck
+        // (at a TCP receiver it would seal the ACKs; one stream lost 4-10 % in three full runs).
         if (replies !== undefined) {
-          if (n === 1 && segments[first] === 0) replies.reader.readReplies(replies.touched);
+          if (afterQuiet) replies.reader.readReplies(replies.touched);
           else replies.touched.fill(0);
         }
         if (n < vlen) return 0; // the socket's queue is (momentarily) empty
