@@ -83,11 +83,12 @@ function readLoop(libc: Libc, config: ReaderConfig, sender: ReaderSender | undef
   const finish = (goneErrno: number) => finishWorker(header, goneErrno);
 
   // This thread holds the queue (queue-token.ts) whenever it is not in poll.
+  // After each take, the ring is picked up where the helper may have left it (resume).
   takeQueue(header);
+  drain.resume();
   for (;;) {
     // Ends on a stop request; with the ring full, first waits until the main thread has consumed
     // something. The kernel queues (and, past txqueuelen, drops) meanwhile.
-    drain.resume();
     if (!drain.awaitRoom()) return finish(0);
 
     poll16[3] = 0;
@@ -96,6 +97,7 @@ function readLoop(libc: Libc, config: ReaderConfig, sender: ReaderSender | undef
     const polled = libc.poll(pollBytes, 2, -1);
     const pollErrno = polled < 0 ? libc.errno() : 0;
     takeQueue(header);
+    drain.resume();
     if (polled < 0) {
       if (pollErrno === EINTR) continue;
       return finish(pollErrno);
@@ -110,8 +112,6 @@ function readLoop(libc: Libc, config: ReaderConfig, sender: ReaderSender | undef
     const revents = poll16[3];
     if ((revents & POLLIN) === 0 && (revents & (POLLERR | POLLHUP | POLLNVAL)) === 0) continue;
 
-    // The helper may have read the queue while this thread slept (queue-token.ts).
-    drain.resume();
     const drained = drain.drain(Infinity);
     if (drained === DRAIN_STOPPED) return finish(0);
     if (drained !== DRAINED) return finish(drained);
