@@ -312,6 +312,7 @@ export class Device {
       pipelineStalls,
       pipelineStalledMs: Math.round(pipelineStalledMs),
       tunQueueReads: queueReads,
+      tunRepliesRead: this.tun.repliesReadPerQueue,
       peers,
     };
   }

@@ -235,6 +235,11 @@ export class LinuxTun implements Tun, Liveness, QueueOwner {
     return this.queues.map((q) => q.read);
   }
 
+  /** Reads of each queue by the UDP reader that brought a reply (tun/reply-reader.ts), in queue order. */
+  get repliesReadPerQueue(): number[] {
+    return this.queues.map((q) => q.repliesRead);
+  }
+
   get mtu(): number {
     if (this.closed) return this.lastMtu;
     const ifr = ifreq(this.name);

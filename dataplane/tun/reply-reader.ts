@@ -12,15 +12,15 @@
  *
  * Only a queue whose thread sleeps is read (queue-token.ts: the UDP reader only ever tries to take
  * the queue), so under load, with the queue's thread awake, its sealing stays where it is and the
- * UDP reader (the inbound bottleneck) is not given it. The read is short: one read (REPLY_READS),
+ * UDP reader (the inbound bottleneck) is not given it. The read is short: one read (READS_PER_LOOK),
  * and only with half the ring free, so a super-packet's segments find room. What it reads goes
  * into the queue's own ring and books (queue-drain.ts), as the queue's thread would have put it:
- * the main thread cannot tell who read it. Where looking finds nothing again and again (a
- * one-way stream), it looks after fewer and fewer datagrams.
+ * the main thread cannot tell who read it. When to look is the UDP reader's rule
+ * (udp-reader-worker.ts): after a quiet spell, and in a stream one batch in 64.
  */
 import type { Libc } from '../sys/libc.ts';
 import { STATE, STATE_RUNNING } from '../ring/shared-ring.ts';
-import { DEFAULT_SLOTS, SLOT_SIZE, ringViews } from './ring.ts';
+import { DEFAULT_SLOTS, REPLIES_READ, SLOT_SIZE, ringViews } from './ring.ts';
 import { QueueDrain } from './queue-drain.ts';
 import { leaveQueueAsHelper, tryTakeQueueAsHelper } from './queue-token.ts';
 import type { ReaderSender } from './reader-sender.ts';
@@ -32,7 +32,7 @@ import type { TunQueueRing } from './tun.ts';
  * at a TCP sender the data an ACK releases can be a super-packet per read, which is that
  * thread's to seal, not the UDP reader's.
  */
-const REPLY_READS = 1;
+const READS_PER_LOOK = 1;
 /**
  * Free slots a queue's ring must have: a read places at most a super-packet's segments, 64 KiB
  * over the MSS, under 128 for any MTU from 576 up (below that a read may wait for the main
@@ -40,19 +40,8 @@ const REPLY_READS = 1;
  */
 const MIN_FREE_SLOTS = DEFAULT_SLOTS / 2;
 
-/** The most lone datagrams in a row whose replies are not looked for, after looks that found none. */
-const MAX_SKIPPED = 64;
-
 export class ReplyReader {
   private readonly queues: { header: Int32Array; drain: QueueDrain }[];
-  /**
-   * Lone datagrams whose replies are not looked for (a read that finds nothing is a system call
-   * per datagram: a one-way UDP stream at the rate this thread just keeps up with pays it on
-   * every datagram). Each look that finds nothing doubles the next skip, up to MAX_SKIPPED; a
-   * look that finds a reply ends the skipping: an idle ping's are found every time.
-   */
-  private skip = 0;
-  private nextSkip = 0;
 
   /**
    * `fds`: this thread's descriptors of the queues, in queue order, as `rings`. `sender`: what
@@ -74,13 +63,7 @@ export class ReplyReader {
    * of those whose thread sleeps, and clears the marks. Returns the reads that brought a packet.
    */
   readReplies(touched: Uint8Array): number {
-    if (this.skip > 0) {
-      this.skip--;
-      touched.fill(0);
-      return 0;
-    }
     let reads = 0;
-    let looked = false;
     for (let q = 0; q < touched.length; q++) {
       if (touched[q] === 0) continue;
       touched[q] = 0;
@@ -93,17 +76,13 @@ export class ReplyReader {
         if (drain.free() < MIN_FREE_SLOTS) continue;
         // A device gone or a stop request is for the queue's thread to see and act on.
         const before = drain.reads;
-        looked = true;
-        drain.drain(REPLY_READS);
-        reads += drain.reads - before;
+        drain.drain(READS_PER_LOOK);
+        const found = drain.reads - before;
+        if (found > 0) Atomics.add(header, REPLIES_READ, found); // get=roamguard-stats: tun_replies_read
+        reads += found;
       } finally {
         leaveQueueAsHelper(header);
       }
-    }
-    if (reads > 0) this.nextSkip = 0;
-    else if (looked) {
-      this.skip = this.nextSkip;
-      this.nextSkip = Math.min(MAX_SKIPPED, Math.max(1, 2 * this.nextSkip));
     }
     return reads;
   }

@@ -26,7 +26,12 @@ export const SENDER_FAILED = RING_HEADER_INTS + 2;
 export const QUEUE_READER = RING_HEADER_INTS + 3;
 /** The MTU the packets sealed from this queue are padded for (the main thread writes it; 0 before). */
 export const SEND_MTU = RING_HEADER_INTS + 4;
-export const HEADER_INTS = RING_HEADER_INTS + 5;
+/**
+ * Reads of this queue by the UDP reader that brought a reply (reply-reader.ts increments; a
+ * 32-bit count that wraps, read as unsigned).
+ */
+export const REPLIES_READ = RING_HEADER_INTS + 5;
+export const HEADER_INTS = RING_HEADER_INTS + 6;
 
 /** Where a packet starts in its slot: room for the transport header (TRANSPORT_HEADER_SIZE). */
 export const PACKET_OFFSET = 16;

@@ -17,7 +17,7 @@ import { EFD_CLOEXEC, EFD_NONBLOCK, errnoError, signalEventFd, type Libc } from 
 import { startWorker, wakeAtExit } from '../sys/threads.ts';
 import { StallWatch, lookEveryInterval, type StallHandler } from '../watchdog.ts';
 import type { ReaderConfig } from './reader-worker.ts';
-import { DEFAULT_SLOTS, DEVICE_GONE, PACKET_OFFSET, READ_ERRORS, SENDER_FAILED, SEND_ERRORS, SEND_MTU, SLOT_SIZE, ringBytes, ringViews, type RingViews } from './ring.ts';
+import { DEFAULT_SLOTS, DEVICE_GONE, PACKET_OFFSET, READ_ERRORS, REPLIES_READ, SENDER_FAILED, SEND_ERRORS, SEND_MTU, SLOT_SIZE, ringBytes, ringViews, type RingViews } from './ring.ts';
 import { LEFT, NO_ROOM, RECORD_INTS, R_LENGTH, R_OUTCOME, R_PEER } from '../session/transport-sealer.ts';
 import { shareSessions } from '../session/shared-sessions.ts';
 import type { ReaderSendingConfig, SenderMessage } from './reader-sender.ts';
@@ -81,6 +81,9 @@ export class TunQueue {
   /** Posts a change to the reader's sender (set while it sends). */
   private postToSender: ((message: SenderMessage) => void) | undefined;
   private readSeq = 0;
+  /** The ring's REPLIES_READ word when last looked at, and the replies counted up to then (repliesRead). */
+  private repliesWord = 0;
+  private repliesTotal = 0;
   private pumpScheduled = false;
   private stopped = false;
 
@@ -105,6 +108,18 @@ export class TunQueue {
 
   get readErrors(): number {
     return Atomics.load(this.ring.header, READ_ERRORS);
+  }
+
+  /**
+   * Reads of this queue by the UDP reader that brought a reply (tun/reply-reader.ts). The ring's
+   * word is 32 bits and wraps; the total here does not, as long as it is asked for at least once
+   * per 2^32 replies (the agent asks every few seconds).
+   */
+  get repliesRead(): number {
+    const word = Atomics.load(this.ring.header, REPLIES_READ);
+    this.repliesTotal += (word - this.repliesWord) >>> 0;
+    this.repliesWord = word;
+    return this.repliesTotal;
   }
 
   /** Datagrams the reader sealed that the kernel refused or had no room for. */

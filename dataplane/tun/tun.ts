@@ -131,6 +131,8 @@ export interface Tun {
   onClose(handler: () => void): void;
   /** Optional: packets each queue's reader took from the kernel, in queue order (LinuxTun). */
   readonly readPerQueue?: number[];
+  /** Optional: reads of each queue by the UDP reader that brought a reply (LinuxTun; tun/reply-reader.ts). */
+  readonly repliesReadPerQueue?: number[];
   /** Stops reading and releases the device (the interface goes away unless it is persistent). Idempotent. */
   close(): void;
   readonly stats: TunStats;

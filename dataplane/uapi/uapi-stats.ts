@@ -29,6 +29,8 @@
  *   pipeline_stalls=0             stalls the watchdog detected (dataplane/watchdog.ts), recovered or not
  *   pipeline_stalled_ms=0         how long the current stall has lasted (0 = none): what a liveness probe reads
  *   tun_queue_reads=N,N           packets each TUN queue's reader took from the kernel
+ *   tun_replies_read=N,N          of those, reads the UDP reader made right after it wrote to the
+ *                                 queue: replies sent without waking the queue's thread
  *   public_key=<hex>
  *   rx_bytes=... / tx_bytes=...   as in get=1 (one consistent snapshot)
  *   handshake_attempts=N          initiations sent
@@ -83,6 +85,11 @@ export interface DeviceStats {
   workerRestarts?: number;
   /** Packets each TUN queue's reader took from the kernel, in queue order (absent: an older daemon, or a TUN without queues). */
   tunQueueReads?: number[];
+  /**
+   * Of those, reads the UDP reader made of each queue right after writing to it: replies sealed
+   * without waking the queue's thread (tun/reply-reader.ts; absent: an older daemon, or a TUN without queues).
+   */
+  tunRepliesRead?: number[];
   peers: PeerStats[];
 }
 
@@ -110,6 +117,7 @@ export function formatStatsResponse(stats: DeviceStats): string {
   if (stats.pipelineStalledMs !== undefined) out.push(`pipeline_stalled_ms=${counter(stats.pipelineStalledMs)}`);
   if (stats.workerRestarts !== undefined) out.push(`worker_restarts=${counter(stats.workerRestarts)}`);
   if (stats.tunQueueReads !== undefined && stats.tunQueueReads.length > 0) out.push(`tun_queue_reads=${stats.tunQueueReads.map(counter).join(',')}`);
+  if (stats.tunRepliesRead !== undefined && stats.tunRepliesRead.length > 0) out.push(`tun_replies_read=${stats.tunRepliesRead.map(counter).join(',')}`);
   for (const peer of stats.peers) {
     out.push(
       `public_key=${keyToHex(peer.publicKey)}`,
@@ -179,6 +187,7 @@ export function parseStatsResponse(text: string): StatsParseResult {
         else if (key === 'pipeline_stalled_ms') stats.pipelineStalledMs = unsigned(key, value);
         else if (key === 'worker_restarts') stats.workerRestarts = unsigned(key, value);
         else if (key === 'tun_queue_reads') stats.tunQueueReads = value.split(',').map((v) => unsigned(key, v));
+        else if (key === 'tun_replies_read') stats.tunRepliesRead = value.split(',').map((v) => unsigned(key, v));
         continue;
       }
       switch (key) {

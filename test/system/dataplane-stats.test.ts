@@ -69,6 +69,25 @@ describe('data plane counters over the control socket', { timeout: 120_000 }, ()
     await waitFor(async () => (await client.stats())!.drops['bad-mac1'] === before + 1, 5000, { description: 'the bad-mac1 drop counted' });
   });
 
+  test('A answers idle pings from the thread that received them: the replies are counted in tun_replies_read', async () => {
+    // After a quiet spell the UDP reader, having written B's echo request to the TUN, reads the
+    // kernel's reply itself (dataplane/tun/reply-reader.ts). Should the wiring stop handing it the
+    // queue, the replies would still flow, through the queue's thread: only this count notices.
+    const client = UapiClient.forInterface(WG_SOCKET_DIR, tunnel.a.ifname);
+    const before = (await client.stats())!;
+    const pings = 40;
+    await assertPing(tunnel.b.ns, INNER.a.ipv4, { count: pings, intervalS: 0.02, deadlineS: 20 }, `B → A${describeTunnel(tunnel)}`);
+    const after = (await client.stats())!;
+    assert.equal(after.tunRepliesRead?.length, 1, 'one count per TUN queue');
+    const replies = after.tunRepliesRead![0] - before.tunRepliesRead![0];
+    const reads = after.tunQueueReads![0] - before.tunQueueReads![0];
+    assert.ok(replies <= reads, `${replies} replies read by the UDP reader, of ${reads} packets read from the queue`);
+    // The queue's thread, woken by the same reply, races the UDP reader to it and wins now and
+    // then: about 1 in 20 with roamguard pinging, 2 in 5 with wireguard-go (whose scheduler keeps
+    // a CPU awake, so the queue's thread wakes sooner). Without the wiring none are read here.
+    assert.ok(replies >= pings / 4, `${replies} of ${pings} echo replies read by the UDP reader (${reads} packets read from the queue)`);
+  });
+
   test('wireguard-go does not know the operation: "not supported", and it keeps serving get=1', async () => {
     const client = UapiClient.forInterface(WG_SOCKET_DIR, tunnel.b.ifname);
     assert.equal(await client.stats(), undefined);

@@ -36,6 +36,7 @@ function sampleStats(): DeviceStats {
     version: 1, workerThreads: 2, workerQueueDepth: 3,
     drops: { 'bad-mac1': 4, replay: 0, 'allowed-ips-mismatch': 9 },
     tunQueueReads: [12, 0, 2 ** 40],
+    tunRepliesRead: [3, 0, 2 ** 33],
     peers: [
       { publicKey: KEY_A, rxBytes: 100, txBytes: 2 ** 53 - 1, handshakeAttempts: 5, handshakesCompleted: 2, handshakeFailures: 3, handshakePending: true, endpointChanges: 7, stagedPackets: 1 },
       { publicKey: KEY_B, rxBytes: 0, txBytes: 0, handshakeAttempts: 0, handshakesCompleted: 0, handshakeFailures: 0, handshakePending: false, endpointChanges: 0, stagedPackets: 0 },
