@@ -78,13 +78,6 @@ export interface UdpReaderConfig {
  * transfer's stream, whose datagrams come microseconds apart.
  */
 const QUIET_BEFORE_REPLIES_MS = 1;
-/**
- * In a stream, one batch in this many still has its replies read here (a TCP receiver's ACK, say).
- * V8 optimizes code per thread, and only once it has run enough: without these samples the code
- * that reads and seals replies here would still be unoptimized for the first idle pings after a
- * transfer. One batch in 64 keeps it optimized at a cost a stream does not show.
- */
-const REPLY_SAMPLE_BATCHES = 64;
 
 /** At most this many datagrams per recvmmsg (the kernel's limit is UIO_MAXIOV = 1024). */
 const MAX_VLEN = 256;
@@ -165,8 +158,6 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opening?: Read
   const booksBacklog = Math.max(1, slots >>> 2);
   /** When datagrams last came (performance.now()): replies are read here only after a quiet spell. */
   let lastReceived = -Infinity;
-  /** Batches since the last one in a stream whose replies were read here (REPLY_SAMPLE_BATCHES). */
-  let sinceSample = 0;
   /**
    * Whether the message in `slot`, delivered here whole, came from somewhere other than where
    * its peer's packets are sent (the send table, which a TUN reader that sends reads): the peer
@@ -260,16 +251,12 @@ export function runUdpReader(libc: Libc, config: UdpReaderConfig, opening?: Read
         opener?.flush();
         // After a quiet spell: perhaps a request whose reply the kernel queued during its TUN
         // write (reply-reader.ts), read at once: the queue's thread, woken by the same reply, is
-        // racing this thread to it. In a stream only as a sample: this thread is then the inbound
-        // bottleneck (sealing every ACK of a TCP receiver here cost one stream 4-10 % in three
-        // full runs).
+        // racing this thread to it. Never in a stream: this thread is then the inbound bottleneck
+        // (sealing a TCP receiver's ACKs here cost one stream 4-10 % in three full runs, and
+        // sealing one batch's in 64, 13 % of Node's in one: docs/performance.md).
         if (replies !== undefined) {
-          if (afterQuiet || ++sinceSample >= REPLY_SAMPLE_BATCHES) {
-            sinceSample = 0;
-            replies.reader.readReplies(replies.touched);
-          } else {
-            replies.touched.fill(0);
-          }
+          if (afterQuiet) replies.reader.readReplies(replies.touched);
+          else replies.touched.fill(0);
         }
         write = seqAdd(write, n);
         if (urgent || seqDistance(write, Atomics.load(header, READ_SEQ)) >= booksBacklog) {

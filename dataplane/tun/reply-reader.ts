@@ -16,7 +16,7 @@
  * and only with half the ring free, so a super-packet's segments find room. What it reads goes
  * into the queue's own ring and books (queue-drain.ts), as the queue's thread would have put it:
  * the main thread cannot tell who read it. When to look is the UDP reader's rule
- * (udp-reader-worker.ts): after a quiet spell, and in a stream one batch in 64.
+ * (udp-reader-worker.ts): after a quiet spell only.
  */
 import type { Libc } from '../sys/libc.ts';
 import { STATE, STATE_RUNNING } from '../ring/shared-ring.ts';

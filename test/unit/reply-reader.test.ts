@@ -139,7 +139,7 @@ describe('reading a TUN queue\'s reply on the writing thread', () => {
     assert.equal(tryTakeQueueAsHelper(views[0].header), true, 'free after finding nothing');
   });
 
-  test('looks that find nothing (a one-way stream\'s samples) leave the next look as it was', () => {
+  test('looks that find nothing (requests without a reply) leave the next look as it was', () => {
     const { reader, queued, reads } = setup();
     const touched = new Uint8Array(2);
     for (let datagram = 1; datagram <= 20; datagram++) {
