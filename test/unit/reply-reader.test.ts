@@ -139,16 +139,41 @@ describe('reading a TUN queue\'s reply on the writing thread', () => {
     assert.equal(tryTakeQueueAsHelper(views[0].header), true, 'free after finding nothing');
   });
 
-  test('looks that find nothing (requests without a reply) leave the next look as it was', () => {
+  test('an end whose looks find nothing (it sends the pings): after four in a row, looks come after fewer and fewer datagrams; a reply found ends that', () => {
     const { reader, queued, reads } = setup();
     const touched = new Uint8Array(2);
-    for (let datagram = 1; datagram <= 20; datagram++) {
+    const lookedAt: number[] = [];
+    for (let datagram = 1; datagram <= 140; datagram++) {
       touched[0] = 1;
-      assert.equal(reader.readReplies(touched), 0);
+      const before = reads.length;
+      reader.readReplies(touched);
+      assert.equal(touched[0], 0, 'the mark is cleared, looked or not');
+      if (reads.length > before) lookedAt.push(datagram);
     }
-    assert.equal(reads.length, 20, 'each look is one read');
-    queued[10].push(84);
-    touched[0] = 1;
-    assert.equal(reader.readReplies(touched), 1, 'the reply after them is found by the next look');
+    // Four looks, then skips of 0, 1, 2, 4, ... 64 datagrams after each empty look.
+    assert.deepEqual(lookedAt, [1, 2, 3, 4, 5, 7, 10, 15, 24, 41, 74, 139]);
+    // Replies again (pings): the first look after the current skip finds one, and from then on
+    // every datagram's reply is looked for.
+    const found: number[] = [];
+    for (let datagram = 141; datagram <= 300; datagram++) {
+      queued[10].push(84);
+      touched[0] = 1;
+      if (reader.readReplies(touched) > 0) found.push(datagram);
+    }
+    assert.equal(found[0], 204, 'after the 64 datagrams skipped since the look at 139');
+    assert.deepEqual(found, Array.from({ length: 97 }, (_, i) => 204 + i));
+  });
+
+  test('an answering end whose queue\'s thread wins the race to a reply now and then keeps looking', () => {
+    const { reader, queued } = setup();
+    const touched = new Uint8Array(2);
+    let found = 0;
+    for (let ping = 1; ping <= 200; ping++) {
+      // Three replies in a row taken by the queue's thread (the look finds nothing), then one found.
+      if (ping % 4 === 0) queued[10].push(84);
+      touched[0] = 1;
+      found += reader.readReplies(touched);
+    }
+    assert.equal(found, 50, 'every reply that was there when looked for');
   });
 });
