@@ -30,7 +30,7 @@
  *   pipeline_stalled_ms=0         how long the current stall has lasted (0 = none): what a liveness probe reads
  *   tun_queue_reads=N,N           packets each TUN queue's reader took from the kernel
  *   tun_replies_read=N,N          of those, reads the UDP reader made right after it wrote to the
- *                                 queue: replies sent without waking the queue's thread
+ *                                 queue: replies it sealed and sent itself, not the queue's thread
  *   public_key=<hex>
  *   rx_bytes=... / tx_bytes=...   as in get=1 (one consistent snapshot)
  *   handshake_attempts=N          initiations sent
@@ -86,8 +86,8 @@ export interface DeviceStats {
   /** Packets each TUN queue's reader took from the kernel, in queue order (absent: an older daemon, or a TUN without queues). */
   tunQueueReads?: number[];
   /**
-   * Of those, reads the UDP reader made of each queue right after writing to it: replies sealed
-   * without waking the queue's thread (tun/reply-reader.ts; absent: an older daemon, or a TUN without queues).
+   * Of those, reads the UDP reader made of each queue right after writing to it: replies it sealed
+   * and sent itself, not the queue's thread (tun/reply-reader.ts; absent: an older daemon, or a TUN without queues).
    */
   tunRepliesRead?: number[];
   peers: PeerStats[];
