@@ -102,6 +102,11 @@ function counter(n: number): string {
   return BigInt(Math.floor(n)).toString();
 }
 
+/** A count per TUN queue, in queue order: `N,N,...`. */
+function perQueue(counts: number[]): string {
+  return counts.map(counter).join(',');
+}
+
 /** The complete answer to `get=roamguard-stats`, ending with `errno=0` and an empty line. */
 export function formatStatsResponse(stats: DeviceStats): string {
   const out = [
@@ -116,8 +121,8 @@ export function formatStatsResponse(stats: DeviceStats): string {
   if (stats.pipelineStalls !== undefined) out.push(`pipeline_stalls=${counter(stats.pipelineStalls)}`);
   if (stats.pipelineStalledMs !== undefined) out.push(`pipeline_stalled_ms=${counter(stats.pipelineStalledMs)}`);
   if (stats.workerRestarts !== undefined) out.push(`worker_restarts=${counter(stats.workerRestarts)}`);
-  if (stats.tunQueueReads !== undefined && stats.tunQueueReads.length > 0) out.push(`tun_queue_reads=${stats.tunQueueReads.map(counter).join(',')}`);
-  if (stats.tunRepliesRead !== undefined && stats.tunRepliesRead.length > 0) out.push(`tun_replies_read=${stats.tunRepliesRead.map(counter).join(',')}`);
+  if (stats.tunQueueReads !== undefined && stats.tunQueueReads.length > 0) out.push(`tun_queue_reads=${perQueue(stats.tunQueueReads)}`);
+  if (stats.tunRepliesRead !== undefined && stats.tunRepliesRead.length > 0) out.push(`tun_replies_read=${perQueue(stats.tunRepliesRead)}`);
   for (const peer of stats.peers) {
     out.push(
       `public_key=${keyToHex(peer.publicKey)}`,
@@ -142,6 +147,11 @@ function unsigned(key: string, value: string): number {
   const n = Number(value);
   if (n > Number.MAX_SAFE_INTEGER) throw new StatsParseError(`${key}: ${value} is larger than 2^53 - 1`);
   return n;
+}
+
+/** A `perQueue` value read back. */
+function unsignedPerQueue(key: string, value: string): number[] {
+  return value.split(',').map((v) => unsigned(key, v));
 }
 
 function newPeer(publicKey: Uint8Array): PeerStats {
@@ -186,8 +196,8 @@ export function parseStatsResponse(text: string): StatsParseResult {
         else if (key === 'pipeline_stalls') stats.pipelineStalls = unsigned(key, value);
         else if (key === 'pipeline_stalled_ms') stats.pipelineStalledMs = unsigned(key, value);
         else if (key === 'worker_restarts') stats.workerRestarts = unsigned(key, value);
-        else if (key === 'tun_queue_reads') stats.tunQueueReads = value.split(',').map((v) => unsigned(key, v));
-        else if (key === 'tun_replies_read') stats.tunRepliesRead = value.split(',').map((v) => unsigned(key, v));
+        else if (key === 'tun_queue_reads') stats.tunQueueReads = unsignedPerQueue(key, value);
+        else if (key === 'tun_replies_read') stats.tunRepliesRead = unsignedPerQueue(key, value);
         continue;
       }
       switch (key) {
